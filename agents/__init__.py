@@ -1,0 +1,1 @@
+"""Agent variants: one module per variant, each configured by conf/variant/<name>.yaml."""

@@ -1,0 +1,1 @@
+"""Environments: one module per family, each configured by conf/env/<name>.yaml."""

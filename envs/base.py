@@ -1,0 +1,139 @@
+"""The environment extension point: tasks, episodes and their scores.
+
+An `Environment` is built once per worker (its resources, such as generated games or data tables,
+are shared by every episode in that worker). `tasks()` lists the task pool cheaply so the driver can
+plan streams; `reset(task)` starts one episode, a small state machine that the agent steps until
+it is done and that scores itself.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import string
+import unicodedata
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Task(BaseModel):
+    """One task of an environment, as planned into a stream."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    """Stable id, unique within its environment."""
+    family: str
+    """Task family inside the environment (e.g. capital)."""
+    question: str
+    """What the agent is shown."""
+    answer: str
+    """Reference answer."""
+    aliases: tuple[str, ...] = ()
+    """Other answers the checker accepts as exact matches."""
+    answer_pattern: str | None = None
+    """A regex with an `answer` group: when the reply matches it (e.g. "The capital city of France is
+    Paris."), the group is taken as the answer. None: the reply itself must be the answer."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Environment-specific data the episode needs (never shown to the agent)."""
+
+
+class Score(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    success: bool
+    score: float
+    response: str | None
+
+
+class StepResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    observation: str
+    reward: float
+    done: bool
+
+
+class EnvEpisode(abc.ABC):
+    """One episode of one task: observe, step until done, then score."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.done = False
+
+    @property
+    @abc.abstractmethod
+    def observation(self) -> str:
+        """What the agent sees now."""
+
+    @abc.abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply the agent's action (a single-turn task's answer is its only action)."""
+
+    @abc.abstractmethod
+    def score(self) -> Score:
+        """The checker's verdict on the episode so far."""
+
+
+class Environment(abc.ABC):
+    """A family of tasks behind one protocol. Subclasses are built with `hydra.utils.instantiate`."""
+
+    name: str = "env"
+
+    @abc.abstractmethod
+    def tasks(self) -> list[Task]:
+        """The evaluation pool, in a fixed order; streams are seeded samples of it."""
+
+    @abc.abstractmethod
+    def reset(self, task: Task) -> EnvEpisode:
+        """Start an episode on `task`."""
+
+
+class SingleTurnEpisode(EnvEpisode):
+    """A question answered in one step and checked by exact match after normalisation."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(task)
+        self._response: str | None = None
+
+    @property
+    def observation(self) -> str:
+        return self.task.question
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            raise RuntimeError(f"episode of task {self.task.task_id} is already done")
+        self._response = extract_answer(action, self.task.answer_pattern)
+        self.done = True
+        return StepResult(observation="", reward=self.score().score, done=True)
+
+    def score(self) -> Score:
+        if self._response is None:
+            return Score(success=False, score=0.0, response=None)
+        accepted = {normalize(a) for a in (self.task.answer, *self.task.aliases)}
+        success = normalize(self._response) in accepted
+        return Score(success=success, score=float(success), response=self._response)
+
+
+_ANSWER_PREFIX = re.compile(r"^\s*(final answer|answer)\s*[:\-]\s*", re.IGNORECASE)
+
+
+def extract_answer(completion: str, pattern: str | None = None) -> str:
+    """The answer in a completion: its first non-empty line, without an `Answer:` label, narrowed
+    to the `answer` group of `pattern` when the line matches it."""
+    line = next((line for line in completion.strip().splitlines() if line.strip()), "")
+    line = _ANSWER_PREFIX.sub("", line).strip()
+    if pattern is not None and (match := re.fullmatch(pattern, line, re.IGNORECASE)):
+        return match.group("answer").strip()
+    return line
+
+
+_PUNCTUATION = str.maketrans(dict.fromkeys(string.punctuation + "\u2019\u2018\u201c\u201d", " "))
+
+
+def normalize(text: str) -> str:
+    """Case, accents, punctuation and spacing folded, so "  São-Tomé." matches "sao tome"."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    without_accents = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return " ".join(without_accents.casefold().translate(_PUNCTUATION).split())

@@ -1,0 +1,16 @@
+"""harness: a Ray-based parallel benchmark harness for self-evolving LLM agents."""
+
+import os
+
+# Set before anything imports litellm or starts Ray, so that every Ray worker inherits them:
+# litellm would fetch its price list from the network at import; Ray 2.60 would turn on token
+# auth for a local cluster; LanceDB would log at info level.
+HARNESS_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_AUTH_MODE": "disabled",
+    "LANCEDB_LOG": "error",
+}
+for _name, _value in HARNESS_ENV.items():
+    os.environ.setdefault(_name, _value)
+
+__version__ = "0.1.0"

@@ -1,0 +1,34 @@
+"""`python -m harness [overrides]`: compose conf/ with Hydra, validate, run one job."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import ConfigError, HarnessConfig
+from harness.model_server import ModelServerError
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    started = time.perf_counter()
+    try:
+        settings = HarnessConfig.from_dictconfig(cfg)
+        from harness.run import print_summary, run  # Ray and friends load only for a valid config
+
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(resolved, dict)
+        result = run(settings, Path(HydraConfig.get().runtime.output_dir), resolved)
+    except (ConfigError, ModelServerError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print_summary(result, started)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Thin Ray actors: hosting and scheduling only.
+
+- the gateway actor wraps `Gateway` (one per job; the only process that imports litellm);
+- the writer actor wraps `TableWriter` (one per job);
+- agent workers host many agent runs as asyncio tasks in one light process each, so a machine's
+  cores serve many agents without one heavy process per agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import ray
+
+from envs.base import Environment
+from harness.model_client import CallRequest, CallResult
+from harness.plan import AgentRunSpec, build_environment
+from harness.runner import RunOutcome, run_agent
+
+
+class ActorGatewayLink:
+    def __init__(self, actor: ray.actor.ActorHandle) -> None:
+        self.actor = actor
+
+    async def complete(self, request: CallRequest) -> CallResult:
+        return await self.actor.complete.remote(request)
+
+
+class ActorSink:
+    """Sends rows to the writer actor without waiting; `drain` waits until all have arrived."""
+
+    def __init__(self, actor: ray.actor.ActorHandle) -> None:
+        self.actor = actor
+        self._pending: list[ray.ObjectRef] = []
+
+    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._pending.append(self.actor.append.remote(table, rows))
+        if len(self._pending) > 256:  # forget the sends that have already arrived
+            _, self._pending = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
+
+    async def drain(self) -> None:
+        pending, self._pending = self._pending, []
+        await asyncio.gather(*pending)
+
+
+class AgentWorker:
+    def __init__(self, gateway: ray.actor.ActorHandle, writer: ray.actor.ActorHandle) -> None:
+        self.gateway = ActorGatewayLink(gateway)
+        self.sink = ActorSink(writer)
+        self._environments: dict[str, Environment] = {}
+
+    def _environment(self, env_cfg: dict[str, Any]) -> Environment:
+        key = json.dumps(env_cfg, sort_keys=True)
+        if key not in self._environments:
+            self._environments[key] = build_environment(env_cfg)
+        return self._environments[key]
+
+    async def run(self, specs: list[AgentRunSpec]) -> list[RunOutcome]:
+        try:
+            return list(await asyncio.gather(
+                *(run_agent(spec, self._environment(spec.env_cfg), self.gateway, self.sink)
+                  for spec in specs)))
+        finally:
+            await self.sink.drain()

@@ -1,0 +1,164 @@
+"""Validation of the composed Hydra config, before anything starts.
+
+Hydra composes `conf/`; this module turns the result into typed settings and rejects bad values
+with one line naming the field (`ConfigError`). Defaults live in the yaml files, not here: every
+field below is required unless absence has a meaning of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message is one line naming the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Component(BaseModel):
+    """A swappable component: `_target_` class plus its constructor's keyword arguments."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1)
+    target: str = Field(alias="_target_", min_length=1)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    def instantiable(self) -> dict[str, Any]:
+        """The dict `hydra.utils.instantiate` takes: target and kwargs, without the name."""
+        return {"_target_": self.target, **self.kwargs()}
+
+
+class Price(_Strict):
+    input_per_token: float = Field(ge=0)
+    output_per_token: float = Field(ge=0)
+
+
+class LocalServer(_Strict):
+    """A GGUF model served by llama-cpp-python's OpenAI-compatible server on 127.0.0.1."""
+
+    package: str
+    file: str
+    alias: str
+    n_ctx: int = Field(gt=0)
+    n_threads: int = Field(gt=0)
+    startup_timeout_s: float = Field(gt=0)
+    price: Price
+
+
+class Scripted(_Strict):
+    """The deterministic test model (`scripted/...`)."""
+
+    accuracy: float = Field(ge=0, le=1)
+    latency_s: float = Field(ge=0)
+    fail_rate: float = Field(ge=0, le=1)
+    fail_attempts: int = Field(ge=0)
+
+
+class ModelSettings(_Strict):
+    name: str = Field(min_length=1)
+    api_base: str | None
+    params: dict[str, Any]
+    max_concurrency: int = Field(gt=0)
+    max_retries: int = Field(ge=0)
+    retry_backoff_s: float = Field(ge=0)
+    timeout_s: float = Field(gt=0)
+    price: Price | None
+    local_server: LocalServer | None = None
+    scripted: Scripted | None = None
+
+    @property
+    def is_scripted(self) -> bool:
+        return self.name.startswith("scripted/")
+
+    @property
+    def serves_locally(self) -> bool:
+        """True when the harness must start the local server: the model is the one it serves."""
+        return (self.local_server is not None and self.api_base is None
+                and self.name == f"openai/{self.local_server.alias}")
+
+    @model_validator(mode="after")
+    def _scripted_needs_settings(self) -> ModelSettings:
+        if self.is_scripted and self.scripted is None:
+            raise ValueError("a scripted/ model needs a `scripted` section (see conf/model/scripted.yaml)")
+        return self
+
+
+class StreamSettings(_Strict):
+    scenario: str = Field(min_length=1)
+    num_tasks: int = Field(gt=0)
+
+    @field_validator("scenario")
+    @classmethod
+    def _known_scenario(cls, value: str) -> str:
+        if value != "sequential":
+            raise ValueError(f"unknown scenario {value!r}; available: sequential")
+        return value
+
+
+class BudgetSettings(_Strict):
+    """Per agent run; null means no cap. Every purpose counts, not only acting."""
+
+    max_tokens: int | None = Field(gt=0)
+    max_cost_usd: float | None = Field(gt=0)
+
+
+class RaySettings(_Strict):
+    address: str | None
+    num_workers: int = Field(gt=0)
+    include_dashboard: bool
+
+
+class OutputSettings(_Strict):
+    flush_interval_s: float = Field(ge=0)
+
+
+class HarnessConfig(_Strict):
+    seed: int
+    seeds: list[int] = Field(min_length=1)
+    variant: Component
+    env: Component
+    stream: StreamSettings
+    model: ModelSettings
+    budget: BudgetSettings
+    ray: RaySettings
+    output: OutputSettings
+    progress: bool
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"seeds must be distinct, got {value}")
+        return value
+
+    @classmethod
+    def from_dictconfig(cls, cfg: DictConfig) -> HarnessConfig:
+        data = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(data, dict)
+        data.pop("hydra", None)
+        return cls.validate_dict(data)
+
+    @classmethod
+    def validate_dict(cls, data: dict[str, Any]) -> HarnessConfig:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise ConfigError(_one_line(error)) from None
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "config"
+    message = first["msg"].removeprefix("Value error, ")
+    got = f" (got {first['input']!r})" if "input" in first and not isinstance(first["input"], dict) else ""
+    more = f" [and {error.error_count() - 1} more]" if error.error_count() > 1 else ""
+    return f"invalid config: {field}: {message}{got}{more}"

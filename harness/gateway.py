@@ -1,0 +1,140 @@
+"""The gateway: the one door to models, and the only module that imports litellm.
+
+Every call is sent through litellm, held to the model's concurrency limit, retried with
+exponential backoff on rate limits, timeouts and connection errors, and accounted in one `LLMCall`
+record: tokens (the provider's, or counted when it reports none), dollars, latency, retries, error.
+A failed call comes back as a record with its error; it never raises into the agent's worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+import time
+import uuid
+from typing import Any
+
+import litellm
+
+from harness.config import ConfigError, ModelSettings, Price
+from harness.model_client import CallRequest, CallResult
+from harness.records import LLMCall
+from harness.scripted import ScriptedLLM
+
+litellm.suppress_debug_info = True
+
+RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
+             litellm.InternalServerError, litellm.ServiceUnavailableError)
+MAX_BACKOFF_S = 30.0
+LOCAL_API_KEY = "no-key-needed"
+
+
+def check_model_name(name: str) -> None:
+    """Reject a model string litellm cannot route, before anything starts."""
+    if name.startswith("scripted/"):
+        return
+    try:
+        litellm.get_llm_provider(name)
+    except Exception as error:
+        raise ConfigError(f"invalid config: model.name: litellm cannot route {name!r} "
+                          f"(unknown provider; expected e.g. openai/gpt-4o-mini): "
+                          f"{_one_line(error)}") from None
+
+
+class Gateway:
+    def __init__(self, models: list[ModelSettings], local_servers: dict[str, str] | None = None,
+                 answer_key: dict[str, str] | None = None) -> None:
+        """`local_servers` maps a model name to the api_base of the server the harness started."""
+        self.models = {m.name: m for m in models}
+        self.local_servers = dict(local_servers or {})
+        self.api_bases = {**{m.name: m.api_base for m in models if m.api_base}, **self.local_servers}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        scripted = [m for m in models if m.is_scripted and m.scripted is not None]
+        if scripted:
+            options = scripted[0].scripted
+            assert options is not None
+            provider = ScriptedLLM(accuracy=options.accuracy, latency_s=options.latency_s,
+                                   fail_rate=options.fail_rate, fail_attempts=options.fail_attempts,
+                                   answer_key=answer_key)
+            litellm.custom_provider_map = [
+                *[p for p in litellm.custom_provider_map if p["provider"] != "scripted"],
+                {"provider": "scripted", "custom_handler": provider}]
+
+    async def complete(self, request: CallRequest) -> CallResult:
+        settings = self.models.get(request.model)
+        if settings is None:
+            raise KeyError(f"gateway has no model {request.model!r}; it serves {sorted(self.models)}")
+        limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
+        started_at = dt.datetime.now(dt.timezone.utc)
+        queued = time.perf_counter()
+        async with limit:
+            clock = time.perf_counter()
+            queued_s = clock - queued
+            response, retries, error = await self._send_with_retries(settings, request)
+            latency_s = time.perf_counter() - clock
+        text, prompt_tokens, completion_tokens, usage_source = None, 0, 0, "provider"
+        cost: float | None = 0.0
+        if response is not None:
+            text = response.choices[0].message.content or ""
+            prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text)
+            cost = self._cost(settings, response, prompt_tokens, completion_tokens)
+        record = LLMCall(
+            call_id=uuid.uuid4().hex, run_id=request.run_id, task_id=request.task_id,
+            attempt=request.attempt, purpose=request.purpose, model=request.model,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens, usage_source=usage_source, cost_usd=cost,
+            latency_s=latency_s, queued_s=queued_s, retries=retries, cached=False, error=error,
+            started_at=started_at)
+        return CallResult(text=text, record=record)
+
+    async def _send_with_retries(self, settings: ModelSettings, request: CallRequest
+                                 ) -> tuple[Any, int, str | None]:
+        retries = 0
+        while True:
+            try:
+                response = await litellm.acompletion(
+                    model=settings.name, messages=request.messages,
+                    api_base=self.api_bases.get(settings.name),
+                    # The harness's own local server needs no key; the OpenAI client insists on one.
+                    api_key=LOCAL_API_KEY if settings.name in self.local_servers else None,
+                    timeout=settings.timeout_s,
+                    num_retries=0, **request.params)
+                return response, retries, None
+            except RETRYABLE as error:
+                if retries >= settings.max_retries:
+                    return None, retries, _one_line(error)
+                retries += 1
+                backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
+                await asyncio.sleep(backoff * (0.5 + random.random() / 2))
+            except Exception as error:  # a bad request or a provider bug is not retried
+                return None, retries, _one_line(error)
+
+    @staticmethod
+    def _cost(settings: ModelSettings, response: Any, prompt_tokens: int,
+              completion_tokens: int) -> float | None:
+        price: Price | None = settings.price
+        if settings.serves_locally and settings.local_server is not None:
+            price = settings.local_server.price
+        if price is not None:
+            return prompt_tokens * price.input_per_token + completion_tokens * price.output_per_token
+        try:
+            return float(litellm.completion_cost(completion_response=response))
+        except Exception:  # no price known for this model: unknown, never silently zero
+            return None
+
+
+def _usage(model: str, request: CallRequest, response: Any, text: str) -> tuple[int, int, str]:
+    usage = getattr(response, "usage", None)
+    prompt = getattr(usage, "prompt_tokens", None) or 0
+    completion = getattr(usage, "completion_tokens", None) or 0
+    if prompt > 0:
+        return prompt, completion, "provider"
+    counted_prompt = litellm.token_counter(model=model, messages=request.messages)
+    counted_completion = litellm.token_counter(model=model, text=text, count_response_tokens=True)
+    return counted_prompt, counted_completion, "counted"
+
+
+def _one_line(error: BaseException) -> str:
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message[:300]}"

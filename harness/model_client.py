@@ -1,0 +1,98 @@
+"""What agents see of the gateway: `await llm.complete(messages, purpose)`.
+
+This module is light on purpose (no litellm): agent workers import it, the gateway process alone
+imports litellm. An `AgentModelClient` belongs to one agent run; the runner tells it which task
+and attempt the next calls belong to and collects their records after each episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.records import LLMCall, Purpose, Usage
+
+Message = dict[str, str]
+
+
+class CallRequest(BaseModel):
+    """One model call as sent to the gateway, with everything it is attributed to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    messages: list[Message]
+    purpose: Purpose
+    run_id: str
+    task_id: str | None
+    attempt: int
+    params: dict[str, Any] = {}
+
+
+class CallResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str | None
+    record: LLMCall
+
+
+class Completion(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    usage: Usage
+    call_id: str
+
+
+class ModelCallError(RuntimeError):
+    """A model call failed after the gateway's retries; its record is kept all the same."""
+
+    def __init__(self, record: LLMCall) -> None:
+        super().__init__(f"{record.purpose} call to {record.model} failed: {record.error}")
+        self.record = record
+
+
+class GatewayLink(Protocol):
+    async def complete(self, request: CallRequest) -> CallResult: ...
+
+
+class ModelClient(Protocol):
+    """The only way agents reach a model."""
+
+    async def complete(self, messages: list[Message], purpose: Purpose = "act",
+                       **params: Any) -> Completion: ...
+
+
+class AgentModelClient:
+    def __init__(self, gateway: GatewayLink, model: str, run_id: str,
+                 default_params: dict[str, Any] | None = None) -> None:
+        self.gateway = gateway
+        self.model = model
+        self.run_id = run_id
+        self.default_params = dict(default_params or {})
+        self.task_id: str | None = None
+        self.attempt = 1
+        self._records: list[LLMCall] = []
+
+    def start_episode(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.attempt = 1
+
+    def take_records(self) -> list[LLMCall]:
+        records, self._records = self._records, []
+        return records
+
+    async def complete(self, messages: list[Message], purpose: Purpose = "act",
+                       **params: Any) -> Completion:
+        request = CallRequest(model=self.model, messages=messages, purpose=purpose,
+                              run_id=self.run_id, task_id=self.task_id, attempt=self.attempt,
+                              params={**self.default_params, **params})
+        result = await self.gateway.complete(request)
+        self._records.append(result.record)
+        if result.record.error is not None or result.text is None:
+            raise ModelCallError(result.record)
+        record = result.record
+        usage = Usage(prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens,
+                      cost_usd=record.cost_usd, latency_s=record.latency_s)
+        return Completion(text=result.text, usage=usage, call_id=record.call_id)

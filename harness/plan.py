@@ -1,0 +1,65 @@
+"""From validated settings to the list of agent runs one job executes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Any
+
+from hydra.utils import instantiate
+from pydantic import BaseModel, ConfigDict
+
+from envs.base import Environment, Task
+from harness.config import BudgetSettings, ConfigError, HarnessConfig
+
+
+class AgentRunSpec(BaseModel):
+    """One agent run: a variant, with its own seed, working through one task stream."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    variant: str
+    variant_cfg: dict[str, Any]
+    seed: int
+    env: str
+    env_cfg: dict[str, Any]
+    scenario: str
+    tasks: list[Task]
+    model: str
+    model_params: dict[str, Any]
+    budget: BudgetSettings
+
+
+def build_environment(env_cfg: dict[str, Any]) -> Environment:
+    env = instantiate(env_cfg, _convert_="all")
+    if not isinstance(env, Environment):
+        raise ConfigError(f"invalid config: env._target_: {env_cfg['_target_']} is not an Environment")
+    return env
+
+
+def build_plan(settings: HarnessConfig) -> list[AgentRunSpec]:
+    env_cfg = settings.env.instantiable()
+    try:
+        pool = build_environment(env_cfg).tasks()
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"invalid config: env: {error}") from None
+    wanted = settings.stream.num_tasks
+    if wanted > len(pool):
+        raise ConfigError(f"invalid config: stream.num_tasks: {wanted} exceeds the {len(pool)} tasks "
+                          f"env {settings.env.name!r} has")
+    specs = []
+    for seed in settings.seeds:
+        tasks = random.Random(seed).sample(pool, wanted)
+        identity = {"variant": settings.variant.model_dump(by_alias=True),
+                    "env": settings.env.model_dump(by_alias=True), "stream": settings.stream.model_dump(),
+                    "model": settings.model.name, "params": settings.model.params,
+                    "budget": settings.budget.model_dump(), "seed": seed}
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+        specs.append(AgentRunSpec(
+            run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-{digest}",
+            variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
+            env=settings.env.name, env_cfg=env_cfg, scenario=settings.stream.scenario, tasks=tasks,
+            model=settings.model.name, model_params=settings.model.params, budget=settings.budget))
+    return specs

@@ -1,0 +1,225 @@
+"""Every row the harness writes, in one module.
+
+Each table is a pydantic model with a docstring under every field; the Arrow schema of each table
+is derived from its model (`arrow_schema`), never written by hand, and `SCHEMA_VERSION` is stored in
+every Parquet file's metadata. Bump it whenever a column is added, removed or changes meaning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import types
+import typing
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = "1"
+
+Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed"]
+UsageSource = Literal["provider", "counted"]
+
+
+class Usage(BaseModel):
+    """Tokens, dollars and seconds of one or more model calls; `+` sums them.
+
+    A cost of None means "unknown" (a model with no price); it stays None through sums, so a total
+    is never silently understated.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    latency_s: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=cost,
+            latency_s=self.latency_s + other.latency_s,
+        )
+
+
+class Record(BaseModel):
+    """Base of every table row: knows its table name and derives its Arrow schema."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    table: ClassVar[str]
+
+    @classmethod
+    def arrow_schema(cls) -> pa.Schema:
+        fields = [pa.field(name, _arrow_type(f.annotation), nullable=_is_optional(f.annotation))
+                  for name, f in cls.model_fields.items()]
+        return pa.schema(fields, metadata={"harness.schema_version": SCHEMA_VERSION,
+                                           "harness.table": cls.table})
+
+
+class LLMCall(Record):
+    """One model call through the gateway: the unit every token and dollar is counted in."""
+
+    table: ClassVar[str] = "llm_calls"
+
+    call_id: str
+    """Unique id of this call (uuid4 hex)."""
+    run_id: str
+    """Agent run that made the call (one variant x seed x env x model stream)."""
+    task_id: str | None
+    """Task being worked on when the call was made; None for calls outside any task."""
+    attempt: int
+    """Attempt number within the episode (1-based)."""
+    purpose: Purpose
+    """Why the call was made: act (solving the task) or one kind of self-improvement overhead."""
+    model: str
+    """litellm model string; `scripted/...` marks the deterministic test model."""
+    prompt_tokens: int
+    """Input tokens, from the provider's usage report (or counted, see usage_source)."""
+    completion_tokens: int
+    """Output tokens, from the provider's usage report (or counted, see usage_source)."""
+    total_tokens: int
+    """prompt_tokens + completion_tokens."""
+    usage_source: UsageSource
+    """`provider` when the provider reported usage; `counted` when litellm's token counter filled it."""
+    cost_usd: float | None
+    """Dollar cost from litellm's price map or the configured per-token price; null when unknown."""
+    latency_s: float
+    """Wall seconds from sending the request to the final answer, retries and backoff included."""
+    queued_s: float
+    """Seconds spent waiting for the model's concurrency limit before the request was sent."""
+    retries: int
+    """Retries after rate limits, timeouts or connection errors before success or giving up."""
+    cached: bool
+    """True when the answer came from the response cache instead of the provider."""
+    error: str | None
+    """One-line error when the call failed after all retries; null on success."""
+    started_at: dt.datetime
+    """UTC time the call was sent."""
+
+
+class Episode(Record):
+    """One task attempted by one agent run: its outcome and the sum of its model calls."""
+
+    table: ClassVar[str] = "episodes"
+
+    run_id: str
+    """Agent run (one variant x seed x env x model stream); stable across resumes."""
+    variant: str
+    """Agent variant name (conf/variant/<name>.yaml)."""
+    seed: int
+    """Seed of the agent run: it picks the tasks, their order and any sampling."""
+    env: str
+    """Environment name (conf/env/<name>.yaml)."""
+    family: str
+    """Task family inside the environment (e.g. capital, demonym)."""
+    scenario: str
+    """Stream scenario: how tasks follow each other for one agent (e.g. sequential)."""
+    stream_position: int
+    """0-based position of the task in this agent run's stream."""
+    task_id: str
+    """Stable id of the task within its environment."""
+    question: str
+    """The task as shown to the agent."""
+    reference: str
+    """The reference answer the scorer compares against."""
+    response: str | None
+    """The agent's final answer (after answer extraction); null if it produced none."""
+    success: bool
+    """Whether the environment's checker accepted the answer."""
+    score: float
+    """Environment score in [0, 1]; 1.0 for an exact match on single-answer tasks."""
+    model: str
+    """litellm model string used to act; `scripted/...` marks the deterministic test model."""
+    n_calls: int
+    """Number of model calls made for this episode (all purposes)."""
+    prompt_tokens: int
+    """Sum of prompt_tokens over this episode's llm_calls rows."""
+    completion_tokens: int
+    """Sum of completion_tokens over this episode's llm_calls rows."""
+    total_tokens: int
+    """Sum of total_tokens over this episode's llm_calls rows."""
+    cost_usd: float | None
+    """Sum of cost_usd over this episode's llm_calls rows; null if any call's cost is unknown."""
+    latency_s: float
+    """Wall seconds of the whole episode, from reset to score."""
+    error: str | None
+    """One-line error if the episode failed (e.g. the model call failed after retries); else null."""
+    started_at: dt.datetime
+    """UTC time the episode started."""
+    finished_at: dt.datetime
+    """UTC time the episode finished."""
+
+
+TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, LLMCall)}
+
+
+class AgentRunInfo(BaseModel):
+    run_id: str
+    variant: str
+    seed: int
+    env: str
+    num_tasks: int
+    episodes: int | None = None
+    """Episodes this run finished; None while running."""
+    stopped_by: str | None = None
+    """Why the run stopped before its last task (e.g. its budget); None if it did not."""
+
+
+class Manifest(BaseModel):
+    """`manifest.json` in every run directory: what ran, with what, when, and how it ended."""
+
+    schema_version: str = SCHEMA_VERSION
+    status: Literal["running", "finished", "failed", "interrupted"]
+    error: str | None = None
+    started_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    model: str
+    model_is_scripted: bool
+    git_sha: str | None
+    python: str
+    platform: str
+    packages: dict[str, str | None]
+    ray_address: str | None = None
+    dashboard_url: str | None = None
+    agent_runs: list[AgentRunInfo]
+    tables: dict[str, int] = {}
+    """Rows written per table."""
+    config: dict[str, Any]
+    """The resolved Hydra config of the job."""
+
+
+_SCALARS: dict[Any, pa.DataType] = {
+    str: pa.string(),
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    dt.datetime: pa.timestamp("us", tz="UTC"),
+}
+
+
+def _non_none(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _is_optional(annotation: Any) -> bool:
+    return type(None) in typing.get_args(annotation)
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    base = _non_none(annotation)
+    if typing.get_origin(base) is Literal:
+        return pa.string()
+    if base in _SCALARS:
+        return _SCALARS[base]
+    raise TypeError(f"no Arrow type for annotation {annotation!r}")

