@@ -51,7 +51,7 @@ class Agent(abc.ABC):
     async def solve(self, episode: EnvEpisode) -> Attempt:
         """Act in `episode` until it is done or the step limit is reached."""
 
-    async def learn(self, feedback: Feedback) -> None:
+    async def learn(self, feedback: Feedback) -> None:  # noqa: B027 - optional hook, no-op by default
         """Update the agent's own state after a scored episode (nothing, by default)."""
 
     def messages_for(self, observation: str) -> list[Message]:

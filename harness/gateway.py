@@ -66,7 +66,7 @@ class Gateway:
         if settings is None:
             raise KeyError(f"gateway has no model {request.model!r}; it serves {sorted(self.models)}")
         limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
-        started_at = dt.datetime.now(dt.timezone.utc)
+        started_at = dt.datetime.now(dt.UTC)
         queued = time.perf_counter()
         async with limit:
             clock = time.perf_counter()

@@ -7,6 +7,7 @@ import json
 import random
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from pydantic import BaseModel, ConfigDict
 
@@ -32,19 +33,26 @@ class AgentRunSpec(BaseModel):
     budget: BudgetSettings
 
 
+def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwargs: Any) -> Any:
+    """`hydra.utils.instantiate`, with a bad target or option reported as a one-line ConfigError."""
+    try:
+        component = instantiate(cfg, _convert_="all", **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__ or error
+        message = " ".join(f"{type(cause).__name__}: {cause}".split())
+        raise ConfigError(f"invalid config: {field}: {message}") from None
+    if not isinstance(component, expected):
+        raise ConfigError(f"invalid config: {field}._target_: {cfg['_target_']} is not a {expected.__name__}")
+    return component
+
+
 def build_environment(env_cfg: dict[str, Any]) -> Environment:
-    env = instantiate(env_cfg, _convert_="all")
-    if not isinstance(env, Environment):
-        raise ConfigError(f"invalid config: env._target_: {env_cfg['_target_']} is not an Environment")
-    return env
+    return instantiate_component(env_cfg, "env", Environment)
 
 
 def build_plan(settings: HarnessConfig) -> list[AgentRunSpec]:
     env_cfg = settings.env.instantiable()
-    try:
-        pool = build_environment(env_cfg).tasks()
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"invalid config: env: {error}") from None
+    pool = build_environment(env_cfg).tasks()
     wanted = settings.stream.num_tasks
     if wanted > len(pool):
         raise ConfigError(f"invalid config: stream.num_tasks: {wanted} exceeds the {len(pool)} tasks "

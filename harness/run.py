@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from harness import HARNESS_ENV
 from harness.actors import AgentWorker
-from harness.config import ConfigError, HarnessConfig, RaySettings
+from harness.config import HarnessConfig, RaySettings
 from harness.model_client import AgentModelClient
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan
@@ -107,6 +107,8 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     workers = [worker_class.remote(gateway, writer) for _ in range(n_workers)]
     for actor in (gateway, writer, *workers):
         stack.callback(ray.kill, actor)
+    # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
+    ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
     assignments = [specs[i::n_workers] for i in range(n_workers)]
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
@@ -137,12 +139,9 @@ def _ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None
 
 
 def _check_agents_build(specs: list[AgentRunSpec]) -> None:
-    """Build each agent once with an unconnected client, so a bad variant option fails up front."""
-    for spec in specs[:1]:
-        try:
-            build_agent(spec, AgentModelClient(gateway=None, model=spec.model, run_id=spec.run_id))  # type: ignore[arg-type]
-        except Exception as error:
-            raise ConfigError(f"invalid config: variant: {type(error).__name__}: {error}") from None
+    """Build the agent once, unconnected, so that a bad variant option fails before anything starts."""
+    spec = specs[0]
+    build_agent(spec, AgentModelClient(gateway=None, model=spec.model, run_id=spec.run_id))  # type: ignore[arg-type]
 
 
 def print_summary(result: RunResult, started: float) -> None:
@@ -185,4 +184,4 @@ def _git_sha() -> str | None:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)

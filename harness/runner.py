@@ -12,13 +12,12 @@ import functools
 import time
 from typing import Any, Protocol
 
-from hydra.utils import instantiate
 from pydantic import BaseModel
 
 from agents.base import Agent, Attempt, Feedback
 from envs.base import Environment
 from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
-from harness.plan import AgentRunSpec
+from harness.plan import AgentRunSpec, instantiate_component
 from harness.records import Episode, LLMCall, Usage
 
 
@@ -34,13 +33,11 @@ class RunOutcome(BaseModel):
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
-    agent = instantiate(spec.variant_cfg, llm=llm, _convert_="all")
-    if not isinstance(agent, Agent):
-        raise TypeError(f"variant._target_ {spec.variant_cfg['_target_']} is not an Agent")
+    agent: Agent = instantiate_component(spec.variant_cfg, "variant", Agent, llm=llm)
     return agent
 
 
@@ -48,8 +45,9 @@ def budget_exhausted(spec: AgentRunSpec, spent: Usage) -> str | None:
     budget = spec.budget
     if budget.max_tokens is not None and spent.total_tokens >= budget.max_tokens:
         return f"token budget spent ({spent.total_tokens} >= {budget.max_tokens})"
-    if budget.max_cost_usd is not None and spent.cost_usd is not None and spent.cost_usd >= budget.max_cost_usd:
-        return f"dollar budget spent ({spent.cost_usd:.4f} >= {budget.max_cost_usd})"
+    cost = spent.cost_usd
+    if budget.max_cost_usd is not None and cost is not None and cost >= budget.max_cost_usd:
+        return f"dollar budget spent ({cost:.4f} >= {budget.max_cost_usd})"
     return None
 
 

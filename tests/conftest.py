@@ -1,0 +1,46 @@
+"""Shared fixtures: the real composed config, an in-process scripted gateway, one Ray session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+import harness  # noqa: F401  (sets the environment Ray workers inherit)
+from harness.config import HarnessConfig
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_config(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def scripted_settings(*overrides: str) -> HarnessConfig:
+    """The real default config with the scripted model, a short stream and no progress bar."""
+    cfg = compose_config("model=scripted", "stream.num_tasks=6", "progress=false", *overrides)
+    return HarnessConfig.from_dictconfig(cfg)
+
+
+class ListSink:
+    """Collects rows in memory, as the writer would receive them."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+        self.rows.setdefault(table, []).extend(rows)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    yield
+    ray.shutdown()

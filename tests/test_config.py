@@ -1,0 +1,84 @@
+"""Config: every option of every group composes and validates; bad values fail in one line."""
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from harness.config import ConfigError, HarnessConfig
+from harness.gateway import check_model_name
+from harness.plan import build_plan
+from tests.conftest import CONF_DIR, compose_config, scripted_settings
+
+GROUPS = {group.name: sorted(p.stem for p in group.glob("*.yaml"))
+          for group in CONF_DIR.iterdir() if group.is_dir()}
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
+def test_every_option_of_every_group_composes_and_validates(group, option):
+    settings = HarnessConfig.from_dictconfig(compose_config(f"{group}={option}"))
+    assert settings.seeds == [settings.seed]
+
+
+def test_defaults_are_the_real_offline_model_on_country_capitals():
+    settings = HarnessConfig.from_dictconfig(compose_config())
+    assert settings.model.name == "openai/smollm2" and settings.model.serves_locally
+    assert settings.env.name == "countries" and settings.variant.name == "baseline"
+    assert settings.model.local_server is not None and settings.model.local_server.price.input_per_token == 0
+
+
+def test_overriding_the_model_name_leaves_the_local_server_unused():
+    settings = HarnessConfig.from_dictconfig(compose_config("model.name=openai/gpt-4o-mini"))
+    assert not settings.model.serves_locally
+
+
+def test_seed_override_reaches_the_agent_runs():
+    assert HarnessConfig.from_dictconfig(compose_config("seed=7")).seeds == [7]
+    assert HarnessConfig.from_dictconfig(compose_config("seeds=[0,1,2]")).seeds == [0, 1, 2]
+
+
+def test_unknown_group_option_fails_with_hydras_error():
+    with pytest.raises(ConfigCompositionException, match="Could not find 'variant/nonsense'"):
+        compose_config("variant=nonsense")
+
+
+@pytest.mark.parametrize("override,field", [
+    ("budget.max_tokens=-5", "budget.max_tokens"),
+    ("budget.max_cost_usd=-1", "budget.max_cost_usd"),
+    ("stream.num_tasks=0", "stream.num_tasks"),
+    ("seeds=[]", "seeds"),
+    ("seeds=[1,1]", "seeds"),
+    ("model.max_concurrency=0", "model.max_concurrency"),
+    ("model.scripted.accuracy=1.5", "model.scripted.accuracy"),
+    ("stream.scenario=shuffled", "stream.scenario"),
+    ("+model.surprise=1", "model.surprise"),
+])
+def test_invalid_values_fail_in_one_line_naming_the_field(override, field):
+    with pytest.raises(ConfigError) as caught:
+        scripted_settings(override)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"invalid config: {field}:")
+
+
+def test_unknown_provider_fails_naming_the_model_field():
+    with pytest.raises(ConfigError, match=r"^invalid config: model.name: litellm cannot route 'nosuch/x'"):
+        check_model_name("nosuch/x")
+    check_model_name("openai/gpt-4o-mini")
+    check_model_name("anthropic/claude-3-5-haiku-latest")
+
+
+def test_more_tasks_than_the_pool_has_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"stream.num_tasks: 100000 exceeds the \d+ tasks"):
+        build_plan(scripted_settings("stream.num_tasks=100000"))
+
+
+def test_bad_env_option_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"env\.families: unknown"):
+        build_plan(scripted_settings("env.families=[moons]"))
+
+
+def test_plan_is_seeded_and_run_ids_are_stable():
+    first = build_plan(scripted_settings("seeds=[0,1]"))
+    again = build_plan(scripted_settings("seeds=[0,1]"))
+    assert [s.run_id for s in first] == [s.run_id for s in again]
+    assert [t.task_id for t in first[0].tasks] == [t.task_id for t in again[0].tasks]
+    assert [t.task_id for t in first[0].tasks] != [t.task_id for t in first[1].tasks]
+    assert len({s.run_id for s in first}) == 2

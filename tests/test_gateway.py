@@ -1,0 +1,94 @@
+"""The gateway: one record per call with real tokens, retries, limits; failures never raise."""
+
+import asyncio
+
+import litellm
+import pytest
+
+from harness.gateway import Gateway, _usage
+from harness.model_client import CallRequest
+from harness.scripted import WRONG_ANSWER, ScriptedLLM
+from tests.conftest import scripted_settings
+
+QUESTION = "What is the capital city of France? Reply with the city name only."
+KEY = {QUESTION: "Paris"}
+
+
+def gateway(*overrides: str) -> Gateway:
+    return Gateway([scripted_settings(*overrides).model], answer_key=KEY)
+
+
+def request(content: str = QUESTION, purpose: str = "act", system: str = "Be brief.") -> CallRequest:
+    return CallRequest(model="scripted/oracle", purpose=purpose, run_id="run-1", task_id="capital:FRA",
+                       attempt=1, messages=[{"role": "system", "content": system},
+                                            {"role": "user", "content": content}])
+
+
+def complete(gw: Gateway, req: CallRequest):
+    return asyncio.run(gw.complete(req))
+
+
+def test_a_call_is_recorded_with_real_token_counts_and_its_attribution():
+    req = request(purpose="reflect")
+    result = complete(gateway("model.scripted.accuracy=1"), req)
+    record = result.record
+    assert result.text == "Paris"
+    assert record.prompt_tokens == litellm.token_counter(model="gpt-3.5-turbo", messages=req.messages)
+    assert record.completion_tokens >= 1
+    assert record.total_tokens == record.prompt_tokens + record.completion_tokens
+    assert (record.run_id, record.task_id, record.purpose) == ("run-1", "capital:FRA", "reflect")
+    assert record.model == "scripted/oracle" and record.usage_source == "provider"
+    assert record.error is None and record.retries == 0 and not record.cached
+
+
+def test_cost_uses_the_configured_price():
+    record = complete(gateway("model.price.input_per_token=0.001", "model.price.output_per_token=0.01"),
+                      request()).record
+    assert record.cost_usd == pytest.approx(record.prompt_tokens * 0.001 + record.completion_tokens * 0.01)
+
+
+def test_cost_is_unknown_not_zero_when_no_price_is_known():
+    assert complete(gateway("model.price=null"), request()).record.cost_usd is None
+
+
+def test_rate_limits_are_retried_and_counted():
+    result = complete(gateway("model.scripted.fail_rate=1", "model.scripted.fail_attempts=2",
+                              "model.max_retries=3"), request())
+    assert result.record.error is None and result.record.retries == 2 and result.text is not None
+
+
+def test_a_call_failing_after_all_retries_is_recorded_not_raised():
+    result = complete(gateway("model.scripted.fail_rate=1", "model.scripted.fail_attempts=99",
+                              "model.max_retries=2"), request())
+    assert result.text is None
+    assert result.record.retries == 2 and result.record.error.startswith("RateLimitError")
+    assert result.record.total_tokens == 0
+
+
+def test_concurrency_limit_queues_the_extra_calls():
+    gw = gateway("model.max_concurrency=2", "model.scripted.latency_s=0.05")
+
+    async def burst():
+        return await asyncio.gather(*(gw.complete(request(f"q{i}")) for i in range(6)))
+
+    queued = sorted(r.record.queued_s for r in asyncio.run(burst()))
+    assert queued[:2] == pytest.approx([0, 0], abs=0.03)
+    assert all(q >= 0.04 for q in queued[2:])  # four calls waited for a free slot
+
+
+def test_usage_is_counted_and_flagged_when_the_provider_reports_none():
+    class NoUsage:
+        usage = None
+
+    prompt, completion, source = _usage("gpt-3.5-turbo", request(), NoUsage(), "Paris")
+    assert source == "counted" and prompt > 0 and completion >= 1
+
+
+def test_scripted_model_is_deterministic_and_learns_from_its_prompt():
+    never = ScriptedLLM(accuracy=0.0, answer_key=KEY)
+    always = ScriptedLLM(accuracy=1.0, answer_key=KEY)
+    plain = request().messages
+    assert never.reply(plain) == WRONG_ANSWER and always.reply(plain) == "Paris"
+    with_lesson = request(system="Lesson: the capital of France is Paris.").messages
+    assert never.reply(with_lesson) == "Paris"
+    assert never.reply(request("Something else").messages).startswith("Scripted reply")
