@@ -1,0 +1,99 @@
+"""A whole job on Ray with the scripted model: tables, manifest, concurrency, the CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow.dataset as ds
+import pytest
+
+from harness.config import LocalServer, Price
+from harness.model_server import LocalModelServer, ModelServerError
+from harness.run import run
+from tests.conftest import scripted_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def finished_run(ray_session, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    settings = scripted_settings("seeds=[0,1,2]", "stream.num_tasks=6", "model.scripted.latency_s=0.05")
+    return run(settings, run_dir)
+
+
+def test_each_agent_run_writes_its_stream_to_the_tables(finished_run):
+    episodes = ds.dataset(finished_run.run_dir / "episodes").to_table().to_pylist()
+    assert len(episodes) == 18
+    assert sorted({e["seed"] for e in episodes}) == [0, 1, 2]
+    for run_id in {e["run_id"] for e in episodes}:
+        positions = sorted(e["stream_position"] for e in episodes if e["run_id"] == run_id)
+        assert positions == list(range(6))
+    assert all(e["model"] == "scripted/oracle" for e in episodes)
+
+
+def test_episode_totals_equal_the_sum_of_their_calls(finished_run):
+    run_dir = finished_run.run_dir
+    mismatches = duckdb.sql(f"""
+        with calls as (
+            select run_id, task_id, count(*) n, sum(prompt_tokens) p, sum(completion_tokens) c,
+                   sum(total_tokens) t, sum(cost_usd) usd
+            from '{run_dir}/llm_calls/*.parquet' group by all)
+        select e.task_id from '{run_dir}/episodes/*.parquet' e join calls using (run_id, task_id)
+        where e.n_calls != n or e.prompt_tokens != p or e.completion_tokens != c
+              or e.total_tokens != t or e.cost_usd != usd""").fetchall()
+    assert mismatches == []
+    assert duckdb.sql(f"select count(*) from '{run_dir}/llm_calls/*.parquet'").fetchall() == [(18,)]
+
+
+def test_agent_runs_run_concurrently(finished_run):
+    spans = duckdb.sql(f"""select run_id, min(started_at), max(finished_at)
+                           from '{finished_run.run_dir}/episodes/*.parquet' group by run_id""").fetchall()
+    latest_start = max(start for _, start, _ in spans)
+    earliest_end = min(end for _, _, end in spans)
+    assert latest_start < earliest_end  # every run was in progress at one same moment
+
+
+def test_manifest_records_what_ran_and_how_it_ended(finished_run):
+    manifest = json.loads((finished_run.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["model_is_scripted"]
+    assert manifest["tables"] == {"episodes": 18, "llm_calls": 18}
+    assert manifest["packages"]["ray"] and manifest["packages"]["litellm"]
+    assert [r["episodes"] for r in manifest["agent_runs"]] == [6, 6, 6]
+    assert manifest["started_at"] < manifest["finished_at"]
+    assert manifest["config"]["model"]["name"] == "scripted/oracle"
+
+
+def harness_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_rejects_a_bad_value_in_one_line_before_starting_anything(tmp_path):
+    result = harness_cli("stream.num_tasks=0", f"hydra.run.dir={tmp_path}/run", cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: invalid config: stream.num_tasks: Input should be greater than 0 (got 0)"]
+    assert "Ray" not in result.stdout and not (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_cli_multirun_runs_one_job_per_seed_and_prints_summaries(tmp_path):
+    result = harness_cli("-m", "seed=0,1", "model=scripted", "stream.num_tasks=3", "progress=false",
+                         "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for job, seed in (("0", 0), ("1", 1)):
+        episodes = ds.dataset(tmp_path / job / "episodes").to_table()
+        assert episodes.num_rows == 3 and set(episodes["seed"].to_pylist()) == {seed}
+    assert result.stdout.count("success_rate") == 2 and "tables in" in result.stdout
+
+
+def test_a_model_server_that_cannot_start_names_its_log(tmp_path):
+    not_a_model = LocalServer(package="harness", file="__init__.py", alias="broken", n_ctx=256,
+                              n_threads=1, startup_timeout_s=60,
+                              price=Price(input_per_token=0, output_per_token=0))
+    log = tmp_path / "model_server.log"
+    with pytest.raises(ModelServerError, match=f"see {log}"), LocalModelServer(not_a_model, log):
+        pass
+    assert log.stat().st_size > 0
