@@ -27,6 +27,10 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, ModelServerError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the episodes finished so far are in {HydraConfig.get().runtime.output_dir}",
+              file=sys.stderr)
+        sys.exit(130)
     print_summary(result, started)
 
 

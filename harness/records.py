@@ -73,7 +73,7 @@ class LLMCall(Record):
     run_id: str
     """Agent run that made the call (one variant x seed x env x model stream)."""
     task_id: str | None
-    """Task being worked on when the call was made; None for calls outside any task."""
+    """Task being worked on when the call was made; null for calls outside any task."""
     attempt: int
     """Attempt number within the episode (1-based)."""
     purpose: Purpose
@@ -97,7 +97,7 @@ class LLMCall(Record):
     retries: int
     """Retries after rate limits, timeouts or connection errors before success or giving up."""
     cached: bool
-    """True when the answer came from the response cache instead of the provider."""
+    """True when the answer came from the response cache instead of the provider (no cache yet: false)."""
     error: str | None
     """One-line error when the call failed after all retries; null on success."""
     started_at: dt.datetime
@@ -110,7 +110,7 @@ class Episode(Record):
     table: ClassVar[str] = "episodes"
 
     run_id: str
-    """Agent run (one variant x seed x env x model stream); stable across resumes."""
+    """Agent run (one variant x seed x env x model stream); the same config and seed give the same id."""
     variant: str
     """Agent variant name (conf/variant/<name>.yaml)."""
     seed: int

@@ -29,9 +29,9 @@ from harness.config import HarnessConfig, RaySettings
 from harness.model_client import AgentModelClient
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan
-from harness.records import AgentRunInfo, Episode, Manifest
+from harness.records import TABLES, AgentRunInfo, Episode, Manifest
 from harness.runner import RunOutcome, build_agent
-from harness.summary import format_summary, read_table, summarize
+from harness.summary import count_rows, format_summary, read_table, summarize
 from harness.writer import TableWriter
 
 PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydra-core",
@@ -74,10 +74,13 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
             manifest.ray_address, manifest.dashboard_url = stack.enter_context(_ray_session(settings.ray))
             if manifest.dashboard_url:
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
-            outcomes, manifest.tables = _execute(settings, specs, run_dir, api_bases, stack)
+            outcomes = _execute(settings, specs, run_dir, api_bases, stack)
         manifest.status = "finished"
     except KeyboardInterrupt:
         manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except SystemExit:  # Ray's driver turns SIGTERM into SystemExit
+        manifest.status, manifest.error = "interrupted", "terminated by a signal"
         raise
     except BaseException as error:
         manifest.status, manifest.error = "failed", f"{type(error).__name__}: {error}"
@@ -87,14 +90,14 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
         for info in manifest.agent_runs:
             if info.run_id in done:
                 info.episodes, info.stopped_by = done[info.run_id].episodes, done[info.run_id].stopped_by
+        manifest.tables = {name: count_rows(run_dir, name) for name in TABLES}
         manifest.finished_at = _now()
         _write_manifest(run_dir, manifest)
     return RunResult(run_dir, manifest, outcomes)
 
 
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-             api_bases: dict[str, str], stack: contextlib.ExitStack
-             ) -> tuple[list[RunOutcome], dict[str, int]]:
+             api_bases: dict[str, str], stack: contextlib.ExitStack) -> list[RunOutcome]:
     from harness.gateway import Gateway
 
     answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
@@ -113,13 +116,16 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
     total = sum(len(s.tasks) for s in specs)
-    with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
-        while pending:
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-            bar.update(ray.get(writer.poll.remote())[Episode.table] - bar.n)
-    outcomes = [o for batch in ray.get(refs) for o in batch]
-    tables = ray.get(writer.close.remote())
-    return outcomes, tables
+    try:
+        with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
+            while pending:
+                _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+                bar.update(ray.get(writer.poll.remote())[Episode.table] - bar.n)
+        outcomes = [o for batch in ray.get(refs) for o in batch]
+    finally:
+        # Also on Ctrl-C or a failure: what reached the writer is flushed before its actor is killed.
+        ray.get(writer.close.remote(), timeout=30)
+    return outcomes
 
 
 @contextlib.contextmanager

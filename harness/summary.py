@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 
 
 def read_table(run_dir: Path, table: str) -> pl.DataFrame:
@@ -12,6 +13,11 @@ def read_table(run_dir: Path, table: str) -> pl.DataFrame:
     if not files:
         return pl.DataFrame()
     return pl.read_parquet(files)
+
+
+def count_rows(run_dir: Path, table: str) -> int:
+    files = sorted((run_dir / table).glob("*.parquet"))
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def summarize(episodes: pl.DataFrame) -> pl.DataFrame:

@@ -38,3 +38,13 @@ def test_usage_sums_and_keeps_unknown_cost_unknown():
     assert (total.prompt_tokens, total.completion_tokens, total.total_tokens) == (4, 3, 7)
     assert total.cost_usd == 0.75 and total.latency_s == 1.5
     assert (a + Usage(cost_usd=None)).cost_usd is None
+
+
+def test_readme_documents_every_column_of_every_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name, model in TABLES.items():
+        assert f"#### `{name}`" in readme
+        for column in model.model_fields:
+            assert f"| `{column}` |" in readme, f"README lacks {name}.{column}"

@@ -1,8 +1,10 @@
 """A whole job on Ray with the scripted model: tables, manifest, concurrency, the CLI."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -97,3 +99,26 @@ def test_a_model_server_that_cannot_start_names_its_log(tmp_path):
     with pytest.raises(ModelServerError, match=f"see {log}"), LocalModelServer(not_a_model, log):
         pass
     assert log.stat().st_size > 0
+
+
+def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness", "model=scripted", "model.scripted.latency_s=0.1",
+         "stream.num_tasks=200", "progress=false", "ray.include_dashboard=false",
+         "output.flush_interval_s=0.2", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not list((run_dir / "episodes").glob("*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted" in stderr.splitlines()[-1]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    written = ds.dataset(run_dir / "episodes").count_rows()
+    assert manifest["status"] == "interrupted" and 0 < written < 200
+    assert manifest["tables"]["episodes"] == written
+    calls = ds.dataset(run_dir / "llm_calls").to_table()["task_id"].to_pylist()
+    episodes = ds.dataset(run_dir / "episodes").to_table()["task_id"].to_pylist()
+    assert set(episodes) <= set(calls)  # no episode row without its calls
