@@ -1,20 +1,25 @@
 """The agent extension point.
 
-An agent lives for its whole stream: the runner calls `solve` once per task and `learn` after the
-task is scored, so whatever the agent carries from one task to the next (lessons, prompts, tools)
-is its own state. Agents reach models only through their `ModelClient`.
+An agent lives for its whole stream. For each task the runner hands it a `Trial`; the agent makes
+up to `max_attempts` attempts, each in a fresh environment episode (`solve`), judges each one by
+its reward source, and may prepare between attempts (`before_retry`, where Reflexion reflects).
+After the task, `learn` sees the outcome. Agents reach models only through their `ModelClient`;
+every call they make carries a purpose, so self-improvement is never billed as acting.
 """
 
 from __future__ import annotations
 
 import abc
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.base import EnvEpisode, Score, Task
+from agents.judge import Judge
+from envs.base import EnvEpisode, Task
 from harness.model_client import Message, ModelClient
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
+RewardSource = Literal["truth", "judge"]
 
 
 class Attempt(BaseModel):
@@ -28,32 +33,124 @@ class Attempt(BaseModel):
     """Actions taken in the environment."""
 
 
+class AttemptResult(BaseModel):
+    """One attempt and its verdicts: the environment's (truth) and, if configured, the judge's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    number: int
+    response: str | None
+    steps: int
+    success: bool
+    score: float
+    judge_score: float | None
+    reward: float
+    """What the agent is told: the true score, or the judge's when `reward_source=judge`."""
+    reflection: str | None = None
+    """The reflection the agent carried into this attempt, if any (unverified model text)."""
+
+    @property
+    def rewarded(self) -> bool:
+        return self.reward >= 0.5
+
+
 class Feedback(BaseModel):
-    """What an agent may learn from after an episode."""
+    """What an agent may learn from after a task: every attempt, the last one final."""
 
     model_config = ConfigDict(frozen=True)
 
     task: Task
-    attempt: Attempt
-    score: Score
+    attempts: list[AttemptResult]
+
+    @property
+    def final(self) -> AttemptResult:
+        return self.attempts[-1]
+
+
+class Trial(abc.ABC):
+    """One task as the agent sees it: it can only start fresh attempts of it."""
+
+    task: Task
+
+    @abc.abstractmethod
+    def start_attempt(self) -> EnvEpisode:
+        """A fresh environment episode of the task; later model calls count for this attempt."""
 
 
 class Agent(abc.ABC):
-    def __init__(self, llm: ModelClient, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 max_steps: int = 1) -> None:
+    #: How the agent's prompt relates to the evaluated stream; OPRO-like variants that tune on a
+    #: split say `held_out` or `resubstitution`.
+    protocol: str = "online"
+
+    def __init__(self, llm: ModelClient, system_prompt: str = DEFAULT_SYSTEM_PROMPT, max_steps: int = 1,
+                 max_attempts: int = 1, reward_source: RewardSource = "truth",
+                 judge: dict[str, str] | None = None) -> None:
         if max_steps < 1:
             raise ValueError(f"variant.max_steps must be >= 1, got {max_steps}")
+        if max_attempts < 1:
+            raise ValueError(f"variant.max_attempts must be >= 1, got {max_attempts}")
+        if reward_source not in ("truth", "judge"):
+            raise ValueError(f"variant.reward_source must be truth or judge, got {reward_source!r}")
+        if reward_source == "judge" and judge is None:
+            raise ValueError("variant.reward_source=judge needs a variant.judge section")
         self.llm = llm
         self.system_prompt = system_prompt
         self.max_steps = max_steps
+        self.max_attempts = max_attempts
+        self.reward_source = reward_source
+        self.judge = Judge(llm, **judge) if judge is not None else None
+
+    async def run_task(self, trial: Trial) -> list[AttemptResult]:
+        """Attempt until rewarded or out of attempts; every attempt is kept."""
+        results: list[AttemptResult] = []
+        reflection: str | None = None
+        while True:
+            episode = trial.start_attempt()
+            attempt = await self.solve(episode)
+            results.append(await self.assess(trial.task, episode, attempt, len(results) + 1, reflection))
+            if results[-1].rewarded or len(results) >= self.max_attempts:
+                return results
+            reflection = await self.before_retry(trial.task, results)
 
     @abc.abstractmethod
     async def solve(self, episode: EnvEpisode) -> Attempt:
         """Act in `episode` until it is done or the step limit is reached."""
 
-    async def learn(self, feedback: Feedback) -> None:  # noqa: B027 - optional hook, no-op by default
-        """Update the agent's own state after a scored episode (nothing, by default)."""
+    async def before_retry(self, task: Task, results: list[AttemptResult]) -> str | None:
+        """Prepare the next attempt after a failed one; return any reflection it will carry."""
+        return None
 
-    def messages_for(self, observation: str) -> list[Message]:
-        return [{"role": "system", "content": self.system_prompt},
+    async def learn(self, feedback: Feedback) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Update the agent's own state after a task (nothing, by default)."""
+
+    def memory_size(self) -> int | None:
+        """Items in the agent's memory, for variants that have one."""
+        return None
+
+    async def assess(self, task: Task, episode: EnvEpisode, attempt: Attempt, number: int,
+                     reflection: str | None) -> AttemptResult:
+        truth = episode.score()
+        judge_score = None
+        if self.judge is not None:
+            judge_score = await self.judge.score(task.question, attempt.final_output or "")
+        reward = judge_score if self.reward_source == "judge" and judge_score is not None else truth.score
+        return AttemptResult(number=number, response=truth.response, steps=attempt.steps,
+                             success=truth.success, score=truth.score, judge_score=judge_score,
+                             reward=reward, reflection=reflection)
+
+    def messages_for(self, observation: str, system_prompt: str | None = None) -> list[Message]:
+        return [{"role": "system", "content": system_prompt or self.system_prompt},
                 {"role": "user", "content": observation}]
+
+    async def act(self, episode: EnvEpisode, messages: list[Message]) -> Attempt:
+        """The plain acting loop: send, step the environment with the reply, repeat until done."""
+        output: str | None = None
+        steps = 0
+        while not episode.done and steps < self.max_steps:
+            completion = await self.llm.complete(messages, purpose="act")
+            output = completion.text
+            result = episode.step(output)
+            steps += 1
+            messages = [*messages, {"role": "assistant", "content": output},
+                        {"role": "user", "content": result.observation}]
+        return Attempt(final_output=output, steps=steps)

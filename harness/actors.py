@@ -20,6 +20,18 @@ from harness.plan import AgentRunSpec, build_environment
 from harness.runner import RunOutcome, run_agent
 
 
+class GatewayActor:
+    """Hosts the `Gateway`; imports it (and so litellm) only inside the actor's own process."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from harness.gateway import Gateway
+
+        self.gateway = Gateway(*args, **kwargs)
+
+    async def complete(self, request: CallRequest) -> CallResult:
+        return await self.gateway.complete(request)
+
+
 class ActorGatewayLink:
     def __init__(self, actor: ray.actor.ActorHandle) -> None:
         self.actor = actor

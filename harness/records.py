@@ -132,9 +132,15 @@ class Episode(Record):
     response: str | None
     """The agent's final answer (after answer extraction); null if it produced none."""
     success: bool
-    """Whether the environment's checker accepted the answer."""
+    """Whether the environment's checker accepted the final answer (the truth, never the judge)."""
     score: float
-    """Environment score in [0, 1]; 1.0 for an exact match on single-answer tasks."""
+    """Environment score of the final attempt in [0, 1]; 1.0 for an exact match on single-answer tasks."""
+    judge_score: float | None
+    """The LLM judge's score of the final attempt (it never sees the reference); null without a judge."""
+    reward: float
+    """What the agent was told and learnt from: `score`, or `judge_score` when reward_source=judge."""
+    attempts: int
+    """Attempts made at the task (1 unless the variant retries; see the attempts table)."""
     model: str
     """litellm model string used to act; `scripted/...` marks the deterministic test model."""
     n_calls: int
@@ -147,8 +153,21 @@ class Episode(Record):
     """Sum of total_tokens over this episode's llm_calls rows."""
     cost_usd: float | None
     """Sum of cost_usd over this episode's llm_calls rows; null if any call's cost is unknown."""
+    act_tokens: int
+    """total_tokens of this episode's calls with purpose act."""
+    act_cost_usd: float | None
+    """cost_usd of this episode's calls with purpose act."""
+    overhead_tokens: int
+    """total_tokens of this episode's self-improvement calls (every purpose but act)."""
+    overhead_cost_usd: float | None
+    """cost_usd of this episode's self-improvement calls (every purpose but act)."""
+    memory_size: int | None
+    """Items in the agent's memory after it learnt from this task; null for variants without memory."""
+    protocol: str
+    """How the agent's prompt relates to the stream: online (learns only from tasks already done),
+    held_out (tuned on a disjoint split) or resubstitution (tuned on the evaluated tasks)."""
     latency_s: float
-    """Wall seconds of the whole episode, from reset to score."""
+    """Wall seconds of the whole episode, from the first reset to the end of learning."""
     error: str | None
     """One-line error if the episode failed (e.g. the model call failed after retries); else null."""
     started_at: dt.datetime
@@ -157,7 +176,37 @@ class Episode(Record):
     """UTC time the episode finished."""
 
 
-TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, LLMCall)}
+class AttemptRow(Record):
+    """One attempt at a task; an episode has one or more (Reflexion, retry)."""
+
+    table: ClassVar[str] = "attempts"
+
+    run_id: str
+    """Agent run that made the attempt."""
+    task_id: str
+    """Task attempted."""
+    stream_position: int
+    """Position of the task in the agent run's stream."""
+    attempt: int
+    """Attempt number (1-based); llm_calls rows with the same run_id, task_id and attempt belong to it,
+    including the judge call on it and any reflection made after it."""
+    response: str | None
+    """The answer given in this attempt (after answer extraction)."""
+    success: bool
+    """The environment's verdict on this attempt."""
+    score: float
+    """The environment's score of this attempt."""
+    judge_score: float | None
+    """The judge's score of this attempt; null without a judge."""
+    reward: float
+    """What the agent was told about this attempt (score, or judge_score with reward_source=judge)."""
+    steps: int
+    """Actions taken in the environment in this attempt."""
+    reflection: str | None
+    """Reflection carried into this attempt from the previous failed one (unverified model text)."""
+
+
+TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, AttemptRow, LLMCall)}
 
 
 class AgentRunInfo(BaseModel):
@@ -223,3 +272,16 @@ def _arrow_type(annotation: Any) -> pa.DataType:
     if base in _SCALARS:
         return _SCALARS[base]
     raise TypeError(f"no Arrow type for annotation {annotation!r}")
+
+
+def columns_markdown() -> str:
+    """The README's column reference, generated from the field docstrings above."""
+    lines: list[str] = []
+    for name, model in TABLES.items():
+        lines += ["", f"#### `{name}`", "", f"{model.__doc__}", "", "| column | type | meaning |",
+                  "|---|---|---|"]
+        schema = model.arrow_schema()
+        for field, info in model.model_fields.items():
+            meaning = " ".join((info.description or "").split())
+            lines.append(f"| `{field}` | {schema.field(field).type} | {meaning} |")
+    return "\n".join(lines[1:])

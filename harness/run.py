@@ -24,7 +24,7 @@ import ray
 from tqdm import tqdm
 
 from harness import HARNESS_ENV
-from harness.actors import AgentWorker
+from harness.actors import AgentWorker, GatewayActor
 from harness.config import HarnessConfig, RaySettings
 from harness.model_client import AgentModelClient
 from harness.model_server import LocalModelServer
@@ -47,9 +47,10 @@ class RunResult:
 
 
 def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None) -> RunResult:
-    from harness.gateway import check_model_name  # imports litellm: only once the config is valid
+    if not (settings.model.serves_locally or settings.model.is_scripted):
+        from harness.gateway import check_model_name  # imports litellm (seconds): only when needed
 
-    check_model_name(settings.model.name)
+        check_model_name(settings.model.name)
     specs = build_plan(settings)
     _check_agents_build(specs)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -98,11 +99,9 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
 
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
              api_bases: dict[str, str], stack: contextlib.ExitStack) -> list[RunOutcome]:
-    from harness.gateway import Gateway
-
     answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
                   if settings.model.is_scripted else None)
-    gateway = ray.remote(num_cpus=0)(Gateway).remote(
+    gateway = ray.remote(num_cpus=0)(GatewayActor).remote(
         [settings.model], api_bases, answer_key)
     writer = ray.remote(num_cpus=0)(TableWriter).remote(str(run_dir), settings.output.flush_interval_s)
     worker_class = ray.remote(num_cpus=0)(AgentWorker)

@@ -1,8 +1,8 @@
-"""The agent-run loop: one agent works through its stream, one episode at a time.
+"""The agent-run loop: one agent works through its stream, one task at a time.
 
-Pure scheduling and accounting: reset, let the agent solve, score, record, let the agent learn.
+Pure scheduling and accounting: hand the agent the task, let it attempt and learn, record.
 Agent logic stays in `agents/`, task logic in `envs/`. Every episode's token and cost columns are
-the sum of the call records written beside it, so the two tables cannot disagree.
+sums of the call records written beside it, so the tables cannot disagree.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from agents.base import Agent, Attempt, Feedback
-from envs.base import Environment
+from agents.base import Agent, AttemptResult, Feedback, Trial
+from envs.base import EnvEpisode, Environment, Task
 from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
 from harness.plan import AgentRunSpec, instantiate_component
-from harness.records import Episode, LLMCall, Usage
+from harness.records import AttemptRow, Episode, LLMCall, Usage
 
 
 class RecordSink(Protocol):
@@ -30,6 +30,21 @@ class RunOutcome(BaseModel):
     episodes: int
     stopped_by: str | None
     """Why the run stopped before the end of its stream (e.g. the budget); None if it finished."""
+
+
+class EnvTrial(Trial):
+    """A task in an environment; each attempt is a fresh episode and relabels the model calls."""
+
+    def __init__(self, task: Task, env: Environment, llm: AgentModelClient) -> None:
+        self.task = task
+        self.env = env
+        self.llm = llm
+        self.attempts_started = 0
+
+    def start_attempt(self) -> EnvEpisode:
+        self.attempts_started += 1
+        self.llm.attempt = self.attempts_started
+        return self.env.reset(self.task)
 
 
 def _now() -> dt.datetime:
@@ -62,33 +77,50 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop)
         llm.start_episode(task.task_id)
         started_at, clock = _now(), time.perf_counter()
-        episode = env.reset(task)
+        trial = EnvTrial(task, env, llm)
+        results: list[AttemptResult] = []
         error: str | None = None
-        attempt = Attempt(final_output=None, steps=0)
         try:
-            attempt = await agent.solve(episode)
+            results = await agent.run_task(trial)
+            await agent.learn(Feedback(task=task, attempts=results))
         except ModelCallError as failure:
             error = str(failure)
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run
             error = f"{type(failure).__name__}: {failure}"
-        score = episode.score()
         calls = llm.take_records()
-        usage = _sum_usage(calls)
-        spent = spent + usage
-        record = Episode(
-            run_id=spec.run_id, variant=spec.variant, seed=spec.seed, env=spec.env, family=task.family,
-            scenario=spec.scenario, stream_position=position, task_id=task.task_id,
-            question=task.question, reference=task.answer, response=score.response,
-            success=score.success, score=score.score, model=spec.model, n_calls=len(calls),
-            prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-            total_tokens=usage.total_tokens, cost_usd=usage.cost_usd,
-            latency_s=time.perf_counter() - clock, error=" ".join(error.split()) if error else None,
-            started_at=started_at, finished_at=_now())
+        spent = spent + _sum_usage(calls)
+        episode = _episode_record(spec, agent, task, position, results, calls, error, started_at,
+                                  time.perf_counter() - clock)
         sink.append(LLMCall.table, [call.model_dump() for call in calls])
-        sink.append(Episode.table, [record.model_dump()])
-        if error is None:
-            await agent.learn(Feedback(task=task, attempt=attempt, score=score))
+        sink.append(AttemptRow.table, [
+            AttemptRow(run_id=spec.run_id, task_id=task.task_id, stream_position=position,
+                       attempt=r.number, response=r.response, success=r.success, score=r.score,
+                       judge_score=r.judge_score, reward=r.reward, steps=r.steps,
+                       reflection=r.reflection).model_dump() for r in results])
+        sink.append(Episode.table, [episode.model_dump()])
     return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None)
+
+
+def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, position: int,
+                    results: list[AttemptResult], calls: list[LLMCall], error: str | None,
+                    started_at: dt.datetime, latency_s: float) -> Episode:
+    final = results[-1] if results else None
+    usage = _sum_usage(calls)
+    act = _sum_usage([c for c in calls if c.purpose == "act"])
+    overhead = _sum_usage([c for c in calls if c.purpose != "act"])
+    return Episode(
+        run_id=spec.run_id, variant=spec.variant, seed=spec.seed, env=spec.env, family=task.family,
+        scenario=spec.scenario, stream_position=position, task_id=task.task_id,
+        question=task.question, reference=task.answer,
+        response=final.response if final else None, success=final.success if final else False,
+        score=final.score if final else 0.0, judge_score=final.judge_score if final else None,
+        reward=final.reward if final else 0.0, attempts=len(results), model=spec.model,
+        n_calls=len(calls), prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, act_tokens=act.total_tokens,
+        act_cost_usd=act.cost_usd, overhead_tokens=overhead.total_tokens,
+        overhead_cost_usd=overhead.cost_usd, memory_size=agent.memory_size(), protocol=agent.protocol,
+        latency_s=latency_s, error=" ".join(error.split()) if error else None,
+        started_at=started_at, finished_at=_now())
 
 
 def _sum_usage(calls: list[LLMCall]) -> Usage:
