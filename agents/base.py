@@ -10,12 +10,12 @@ every call they make carries a purpose, so self-improvement is never billed as a
 from __future__ import annotations
 
 import abc
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from agents.judge import Judge
-from envs.base import EnvEpisode, Task
+from envs.base import EnvEpisode, TaskView
 from harness.model_client import Message, ModelClient
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
@@ -59,7 +59,7 @@ class Feedback(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    task: Task
+    task: TaskView
     attempts: list[AttemptResult]
 
     @property
@@ -70,7 +70,7 @@ class Feedback(BaseModel):
 class Trial(abc.ABC):
     """One task as the agent sees it: it can only start fresh attempts of it."""
 
-    task: Task
+    task: TaskView
 
     @abc.abstractmethod
     def start_attempt(self) -> EnvEpisode:
@@ -82,8 +82,8 @@ class Agent(abc.ABC):
     #: split say `held_out` or `resubstitution`.
     protocol: str = "online"
 
-    def __init__(self, llm: ModelClient, system_prompt: str = DEFAULT_SYSTEM_PROMPT, max_steps: int = 1,
-                 max_attempts: int = 1, reward_source: RewardSource = "truth",
+    def __init__(self, llm: ModelClient, seed: int = 0, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                 max_steps: int = 1, max_attempts: int = 1, reward_source: RewardSource = "truth",
                  judge: dict[str, str] | None = None) -> None:
         if max_steps < 1:
             raise ValueError(f"variant.max_steps must be >= 1, got {max_steps}")
@@ -94,6 +94,9 @@ class Agent(abc.ABC):
         if reward_source == "judge" and judge is None:
             raise ValueError("variant.reward_source=judge needs a variant.judge section")
         self.llm = llm
+        self.seed = seed
+        self.attempt = 0
+        """Number of the attempt in progress (1-based), for variants that vary their sampling."""
         self.system_prompt = system_prompt
         self.max_steps = max_steps
         self.max_attempts = max_attempts
@@ -106,6 +109,7 @@ class Agent(abc.ABC):
         reflection: str | None = None
         while True:
             episode = trial.start_attempt()
+            self.attempt = len(results) + 1
             attempt = await self.solve(episode)
             results.append(await self.assess(trial.task, episode, attempt, len(results) + 1, reflection))
             if results[-1].rewarded or len(results) >= self.max_attempts:
@@ -116,7 +120,7 @@ class Agent(abc.ABC):
     async def solve(self, episode: EnvEpisode) -> Attempt:
         """Act in `episode` until it is done or the step limit is reached."""
 
-    async def before_retry(self, task: Task, results: list[AttemptResult]) -> str | None:
+    async def before_retry(self, task: TaskView, results: list[AttemptResult]) -> str | None:
         """Prepare the next attempt after a failed one; return any reflection it will carry."""
         return None
 
@@ -127,7 +131,7 @@ class Agent(abc.ABC):
         """Items in the agent's memory, for variants that have one."""
         return None
 
-    async def assess(self, task: Task, episode: EnvEpisode, attempt: Attempt, number: int,
+    async def assess(self, task: TaskView, episode: EnvEpisode, attempt: Attempt, number: int,
                      reflection: str | None) -> AttemptResult:
         truth = episode.score()
         judge_score = None
@@ -138,16 +142,21 @@ class Agent(abc.ABC):
                              success=truth.success, score=truth.score, judge_score=judge_score,
                              reward=reward, reflection=reflection)
 
+    def sampling(self, temperature: float, draw: int = 0) -> dict[str, float | int]:
+        """Completion parameters for a sampled (not greedy) call that replays exactly: the provider's
+        `seed` is derived from the agent run's seed, the attempt and the draw."""
+        return {"temperature": temperature, "seed": self.seed * 1_000_003 + self.attempt * 1_009 + draw}
+
     def messages_for(self, observation: str, system_prompt: str | None = None) -> list[Message]:
         return [{"role": "system", "content": system_prompt or self.system_prompt},
                 {"role": "user", "content": observation}]
 
-    async def act(self, episode: EnvEpisode, messages: list[Message]) -> Attempt:
+    async def act(self, episode: EnvEpisode, messages: list[Message], **params: Any) -> Attempt:
         """The plain acting loop: send, step the environment with the reply, repeat until done."""
         output: str | None = None
         steps = 0
         while not episode.done and steps < self.max_steps:
-            completion = await self.llm.complete(messages, purpose="act")
+            completion = await self.llm.complete(messages, purpose="act", **params)
             output = completion.text
             result = episode.step(output)
             steps += 1

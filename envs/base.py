@@ -39,6 +39,20 @@ class Task(BaseModel):
     """Environment-specific data the episode needs (never shown to the agent)."""
 
 
+class TaskView(BaseModel):
+    """A task as agents may see it: no reference answer, no checker data."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    family: str
+    question: str
+
+    @classmethod
+    def of(cls, task: Task) -> TaskView:
+        return cls(task_id=task.task_id, family=task.family, question=task.question)
+
+
 class Score(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -56,10 +70,13 @@ class StepResult(BaseModel):
 
 
 class EnvEpisode(abc.ABC):
-    """One episode of one task: observe, step until done, then score."""
+    """One episode of one task: observe, step until done, then score.
+
+    The task (with its reference) stays private to the episode: agents get only what they observe.
+    """
 
     def __init__(self, task: Task) -> None:
-        self.task = task
+        self._task = task
         self.done = False
 
     @property
@@ -99,19 +116,19 @@ class SingleTurnEpisode(EnvEpisode):
 
     @property
     def observation(self) -> str:
-        return self.task.question
+        return self._task.question
 
     def step(self, action: str) -> StepResult:
         if self.done:
-            raise RuntimeError(f"episode of task {self.task.task_id} is already done")
-        self._response = extract_answer(action, self.task.answer_pattern)
+            raise RuntimeError(f"episode of task {self._task.task_id} is already done")
+        self._response = extract_answer(action, self._task.answer_pattern)
         self.done = True
         return StepResult(observation="", reward=self.score().score, done=True)
 
     def score(self) -> Score:
         if self._response is None:
             return Score(success=False, score=0.0, response=None)
-        accepted = {normalize(a) for a in (self.task.answer, *self.task.aliases)}
+        accepted = {normalize(a) for a in (self._task.answer, *self._task.aliases)}
         success = normalize(self._response) in accepted
         return Score(success=success, score=float(success), response=self._response)
 

@@ -25,13 +25,13 @@ class ReasoningGymEpisode(EnvEpisode):
 
     @property
     def observation(self) -> str:
-        return self.task.question
+        return self._task.question
 
     def step(self, action: str) -> StepResult:
         from reasoning_gym.utils import extract_answer
 
         if self.done:
-            raise RuntimeError(f"episode of task {self.task.task_id} is already done")
+            raise RuntimeError(f"episode of task {self._task.task_id} is already done")
         tagged = extract_answer(action)
         self._response = tagged if tagged is not None else action.strip()
         self._score = float(self._dataset.score_answer(self._response, self._entry))

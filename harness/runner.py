@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from agents.base import Agent, AttemptResult, Feedback, Trial
-from envs.base import EnvEpisode, Environment, Task
+from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
 from harness.plan import AgentRunSpec, instantiate_component
 from harness.records import AttemptRow, Episode, LLMCall, Usage
@@ -36,7 +36,8 @@ class EnvTrial(Trial):
     """A task in an environment; each attempt is a fresh episode and relabels the model calls."""
 
     def __init__(self, task: Task, env: Environment, llm: AgentModelClient) -> None:
-        self.task = task
+        self.task = TaskView.of(task)
+        self._task = task
         self.env = env
         self.llm = llm
         self.attempts_started = 0
@@ -44,7 +45,7 @@ class EnvTrial(Trial):
     def start_attempt(self) -> EnvEpisode:
         self.attempts_started += 1
         self.llm.attempt = self.attempts_started
-        return self.env.reset(self.task)
+        return self.env.reset(self._task)
 
 
 def _now() -> dt.datetime:
@@ -52,7 +53,7 @@ def _now() -> dt.datetime:
 
 
 def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
-    agent: Agent = instantiate_component(spec.variant_cfg, "variant", Agent, llm=llm)
+    agent: Agent = instantiate_component(spec.variant_cfg, "variant", Agent, llm=llm, seed=spec.seed)
     return agent
 
 
@@ -82,7 +83,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
         error: str | None = None
         try:
             results = await agent.run_task(trial)
-            await agent.learn(Feedback(task=task, attempts=results))
+            await agent.learn(Feedback(task=trial.task, attempts=results))
         except ModelCallError as failure:
             error = str(failure)
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run

@@ -4,9 +4,12 @@ It is registered with litellm like any real provider (`scripted/<anything>`) and
 same gateway, so everything it produces is accounted exactly like a real model, and its model
 name marks every row as scripted. Its policy:
 - a question it knows (from the answer key of the stream) is answered right when the answer appears
-  anywhere earlier in the conversation (it "learns" from examples and lessons in its prompt), else
+  anywhere else in the conversation (it "learns" from examples and lessons in its prompt), else
   right with probability `accuracy`, decided by a hash of the question (the same question always
-  gets the same verdict, like greedy decoding of a real model);
+  gets the same verdict, like greedy decoding of a real model; with temperature > 0 the hash also
+  takes the request's `seed`, so resampling can change the verdict);
+- a yes/no grading request (it asks for "YES or NO") is answered YES: a maximally lenient
+  self-judge, the case in which self-graded rewards inflate;
 - anything else gets a deterministic filler reply;
 - a `fail_rate` share of requests (by hash) raise RateLimitError on their first `fail_attempts` tries;
 - token counts come from litellm's tokenizer on the real text; `latency_s` is slept on every call.
@@ -44,8 +47,10 @@ class ScriptedLLM(CustomLLM):
         self.answer_key = dict(answer_key or {})
         self._tries: Counter[str] = Counter()
 
-    def reply(self, messages: list[dict[str, Any]]) -> str:
+    def reply(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None) -> str:
         last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        if "YES or NO" in last_user:
+            return "YES"
         question = self._known_question(last_user)
         if question is None:
             return f"Scripted reply {_unit_hash(last_user):.6f}."
@@ -54,7 +59,11 @@ class ScriptedLLM(CustomLLM):
         # "Djibouti" does for its capital) counts as an example the model can learn from.
         context = normalize(" ".join(str(m["content"]) for m in messages).replace(question, " "))
         seen_in_prompt = f" {normalize(answer)} " in f" {context} "
-        if seen_in_prompt or _unit_hash("accuracy", question) < self.accuracy:
+        # Greedy calls always get the same verdict; sampled calls (temperature > 0) draw a fresh one
+        # per provider `seed`, so resampling can change the answer, reproducibly.
+        params = params or {}
+        draw = str(params.get("seed")) if float(params.get("temperature") or 0) > 0 else ""
+        if seen_in_prompt or _unit_hash("accuracy", question, draw) < self.accuracy:
             return answer
         return WRONG_ANSWER
 
@@ -80,7 +89,7 @@ class ScriptedLLM(CustomLLM):
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         self._maybe_fail(messages, model)
-        text = self.reply(messages)
+        text = self.reply(messages, optional_params)
         prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages)
         completion_tokens = litellm.token_counter(model="gpt-3.5-turbo", text=text,
                                                   count_response_tokens=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,10 @@ from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
 from harness.config import HarnessConfig
+from harness.gateway import Gateway
+from harness.model_client import CallRequest, CallResult
+from harness.plan import build_environment, build_plan
+from harness.runner import RunOutcome, run_agent
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -35,6 +41,40 @@ class ListSink:
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
         self.rows.setdefault(table, []).extend(rows)
+
+
+class RecordingGateway:
+    def __init__(self, inner: Gateway) -> None:
+        self.inner = inner
+        self.requests: list[CallRequest] = []
+
+    async def complete(self, request: CallRequest) -> CallResult:
+        self.requests.append(request)
+        return await self.inner.complete(request)
+
+
+@dataclass
+class AgentRun:
+    outcome: RunOutcome
+    sink: ListSink
+    gateway: RecordingGateway
+    rows: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rows = self.sink.rows
+
+    def requests(self, purpose: str) -> list[CallRequest]:
+        return [r for r in self.gateway.requests if r.purpose == purpose]
+
+
+def run_variant(*overrides: str) -> AgentRun:
+    settings = scripted_settings(*overrides)
+    spec = build_plan(settings)[0]
+    answer_key = {t.question: t.answer for t in spec.tasks}
+    gateway = RecordingGateway(Gateway([settings.model], answer_key=answer_key))
+    sink = ListSink()
+    outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
+    return AgentRun(outcome, sink, gateway)
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,11 @@
 """The agent-run loop: episodes add up to their calls, failures are recorded, budgets stop runs."""
 
-import asyncio
 from collections import defaultdict
 
 from agents.base import Agent, Attempt
 from envs.base import EnvEpisode
-from harness.gateway import Gateway
-from harness.plan import build_environment, build_plan
-from harness.runner import RunOutcome, run_agent
-from tests.conftest import ListSink, scripted_settings
+from harness.runner import RunOutcome
+from tests.conftest import ListSink, run_variant
 
 
 class ExplodingAgent(Agent):
@@ -18,13 +15,8 @@ class ExplodingAgent(Agent):
 
 
 def run_one(*overrides: str) -> tuple[RunOutcome, ListSink]:
-    settings = scripted_settings(*overrides)
-    spec = build_plan(settings)[0]
-    answer_key = {t.question: t.answer for t in spec.tasks}
-    gateway = Gateway([settings.model], answer_key=answer_key)
-    sink = ListSink()
-    outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
-    return outcome, sink
+    run = run_variant(*overrides)
+    return run.outcome, run.sink
 
 
 def test_every_task_yields_one_episode_whose_totals_are_the_sum_of_its_calls():

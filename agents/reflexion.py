@@ -1,0 +1,43 @@
+"""Reflexion: after a failed attempt, reflect on it and retry in a fresh conversation that carries
+the reflections (Shinn et al., 2023). Reflections are model text: recorded, never trusted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.base import Agent, Attempt, AttemptResult, Trial
+from envs.base import EnvEpisode, TaskView
+
+REFLECT_PROMPT = (
+    "You answered a question and your answer was judged wrong.\n"
+    "Question: {question}\nYour answer: {answer}\n\n"
+    "In one or two sentences, reflect on what went wrong and what to do differently next time."
+)
+
+
+class ReflexionAgent(Agent):
+    def __init__(self, *args: Any, reflect_prompt: str = REFLECT_PROMPT, max_attempts: int = 3,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, max_attempts=max_attempts, **kwargs)
+        if "{question}" not in reflect_prompt or "{answer}" not in reflect_prompt:
+            raise ValueError("variant.reflect_prompt must contain {question} and {answer}")
+        self.reflect_prompt = reflect_prompt
+        self.reflections: list[str] = []
+
+    async def run_task(self, trial: Trial) -> list[AttemptResult]:
+        self.reflections = []  # reflections belong to one task; lessons across tasks are memory's job
+        return await super().run_task(trial)
+
+    async def solve(self, episode: EnvEpisode) -> Attempt:
+        system = self.system_prompt
+        if self.reflections:
+            notes = "\n".join(f"- {r}" for r in self.reflections)
+            system = f"{system}\n\nYour reflections on earlier failed attempts at this question:\n{notes}"
+        return await self.act(episode, self.messages_for(episode.observation, system))
+
+    async def before_retry(self, task: TaskView, results: list[AttemptResult]) -> str | None:
+        prompt = self.reflect_prompt.format(question=task.question, answer=results[-1].response or "")
+        completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="reflect")
+        reflection = " ".join(completion.text.split())
+        self.reflections.append(reflection)
+        return reflection
