@@ -28,16 +28,16 @@ class GatewayActor:
 
         self.gateway = Gateway(*args, **kwargs)
 
-    async def complete(self, request: CallRequest) -> CallResult:
-        return await self.gateway.complete(request)
+    async def call(self, request: CallRequest) -> CallResult:
+        return await self.gateway.call(request)
 
 
 class ActorGatewayLink:
     def __init__(self, actor: ray.actor.ActorHandle) -> None:
         self.actor = actor
 
-    async def complete(self, request: CallRequest) -> CallResult:
-        return await self.actor.complete.remote(request)
+    async def call(self, request: CallRequest) -> CallResult:
+        return await self.actor.call.remote(request)
 
 
 class ActorSink:

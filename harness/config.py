@@ -63,15 +63,26 @@ class Scripted(_Strict):
     fail_attempts: int = Field(ge=0)
 
 
-class ModelSettings(_Strict):
+class EndpointSettings(_Strict):
+    """A model the gateway serves: where it is, how hard to push it, what it costs."""
+
     name: str = Field(min_length=1)
     api_base: str | None
-    params: dict[str, Any]
     max_concurrency: int = Field(gt=0)
     max_retries: int = Field(ge=0)
     retry_backoff_s: float = Field(ge=0)
     timeout_s: float = Field(gt=0)
     price: Price | None
+
+
+class EmbedderSettings(EndpointSettings):
+    """The embedding model memory variants use (conf/embedder/)."""
+
+
+class ModelSettings(EndpointSettings):
+    """The chat model agents act, reflect, distil and judge with (conf/model/)."""
+
+    params: dict[str, Any]
     local_server: LocalServer | None = None
     scripted: Scripted | None = None
 
@@ -128,6 +139,7 @@ class HarnessConfig(_Strict):
     env: Component
     stream: StreamSettings
     model: ModelSettings
+    embedder: EmbedderSettings
     budget: BudgetSettings
     ray: RaySettings
     output: OutputSettings

@@ -13,11 +13,14 @@ import datetime as dt
 import random
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import litellm
+from litellm import CustomLLM
 
-from harness.config import ConfigError, ModelSettings, Price
+from harness.config import ConfigError, EndpointSettings, ModelSettings, Price
+from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.model_client import CallRequest, CallResult
 from harness.records import LLMCall
 from harness.scripted import ScriptedLLM
@@ -32,7 +35,7 @@ LOCAL_API_KEY = "no-key-needed"
 
 def check_model_name(name: str) -> None:
     """Reject a model string litellm cannot route, before anything starts."""
-    if name.startswith("scripted/"):
+    if name.split("/", 1)[0] in ("scripted", *EMBEDDING_PROVIDERS):
         return
     try:
         litellm.get_llm_provider(name)
@@ -43,25 +46,25 @@ def check_model_name(name: str) -> None:
 
 
 class Gateway:
-    def __init__(self, models: list[ModelSettings], local_servers: dict[str, str] | None = None,
+    def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
                  answer_key: dict[str, str] | None = None) -> None:
         """`local_servers` maps a model name to the api_base of the server the harness started."""
         self.models = {m.name: m for m in models}
         self.local_servers = dict(local_servers or {})
         self.api_bases = {**{m.name: m.api_base for m in models if m.api_base}, **self.local_servers}
         self._limits: dict[str, asyncio.Semaphore] = {}
-        scripted = [m for m in models if m.is_scripted and m.scripted is not None]
-        if scripted:
-            options = scripted[0].scripted
-            assert options is not None
-            provider = ScriptedLLM(accuracy=options.accuracy, latency_s=options.latency_s,
-                                   fail_rate=options.fail_rate, fail_attempts=options.fail_attempts,
-                                   answer_key=answer_key)
-            litellm.custom_provider_map = [
-                *[p for p in litellm.custom_provider_map if p["provider"] != "scripted"],
-                {"provider": "scripted", "custom_handler": provider}]
+        providers: dict[str, CustomLLM] = {name: make() for name, make in EMBEDDING_PROVIDERS.items()}
+        for m in models:
+            if isinstance(m, ModelSettings) and m.is_scripted and m.scripted is not None:
+                options = m.scripted
+                providers["scripted"] = ScriptedLLM(
+                    accuracy=options.accuracy, latency_s=options.latency_s, fail_rate=options.fail_rate,
+                    fail_attempts=options.fail_attempts, answer_key=answer_key)
+        litellm.custom_provider_map = [
+            *[p for p in litellm.custom_provider_map if p["provider"] not in providers],
+            *[{"provider": name, "custom_handler": handler} for name, handler in providers.items()]]
 
-    async def complete(self, request: CallRequest) -> CallResult:
+    async def call(self, request: CallRequest) -> CallResult:
         settings = self.models.get(request.model)
         if settings is None:
             raise KeyError(f"gateway has no model {request.model!r}; it serves {sorted(self.models)}")
@@ -73,10 +76,14 @@ class Gateway:
             queued_s = clock - queued
             response, retries, error = await self._send_with_retries(settings, request)
             latency_s = time.perf_counter() - clock
-        text, prompt_tokens, completion_tokens, usage_source = None, 0, 0, "provider"
+        text, vectors = None, None
+        prompt_tokens, completion_tokens, usage_source = 0, 0, "provider"
         cost: float | None = 0.0
         if response is not None:
-            text = response.choices[0].message.content or ""
+            if request.kind == "embed":
+                vectors = [item["embedding"] for item in response.data]
+            else:
+                text = response.choices[0].message.content or ""
             prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text)
             cost = self._cost(settings, response, prompt_tokens, completion_tokens)
         record = LLMCall(
@@ -86,21 +93,24 @@ class Gateway:
             total_tokens=prompt_tokens + completion_tokens, usage_source=usage_source, cost_usd=cost,
             latency_s=latency_s, queued_s=queued_s, retries=retries, cached=False, error=error,
             started_at=started_at)
-        return CallResult(text=text, record=record)
+        return CallResult(text=text, vectors=vectors, record=record)
 
-    async def _send_with_retries(self, settings: ModelSettings, request: CallRequest
+    def _send(self, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:
+        endpoint: dict[str, Any] = {
+            "model": settings.name, "api_base": self.api_bases.get(settings.name),
+            # The harness's own local server needs no key; the OpenAI client insists on one.
+            "api_key": LOCAL_API_KEY if settings.name in self.local_servers else None,
+            "timeout": settings.timeout_s, "num_retries": 0}
+        if request.kind == "embed":
+            return litellm.aembedding(input=request.texts, **endpoint, **request.params)
+        return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
+
+    async def _send_with_retries(self, settings: EndpointSettings, request: CallRequest
                                  ) -> tuple[Any, int, str | None]:
         retries = 0
         while True:
             try:
-                response = await litellm.acompletion(
-                    model=settings.name, messages=request.messages,
-                    api_base=self.api_bases.get(settings.name),
-                    # The harness's own local server needs no key; the OpenAI client insists on one.
-                    api_key=LOCAL_API_KEY if settings.name in self.local_servers else None,
-                    timeout=settings.timeout_s,
-                    num_retries=0, **request.params)
-                return response, retries, None
+                return await self._send(settings, request), retries, None
             except RETRYABLE as error:
                 if retries >= settings.max_retries:
                     return None, retries, _one_line(error)
@@ -111,10 +121,10 @@ class Gateway:
                 return None, retries, _one_line(error)
 
     @staticmethod
-    def _cost(settings: ModelSettings, response: Any, prompt_tokens: int,
+    def _cost(settings: EndpointSettings, response: Any, prompt_tokens: int,
               completion_tokens: int) -> float | None:
         price: Price | None = settings.price
-        if settings.serves_locally and settings.local_server is not None:
+        if isinstance(settings, ModelSettings) and settings.serves_locally and settings.local_server:
             price = settings.local_server.price
         if price is not None:
             return prompt_tokens * price.input_per_token + completion_tokens * price.output_per_token
@@ -124,14 +134,16 @@ class Gateway:
             return None
 
 
-def _usage(model: str, request: CallRequest, response: Any, text: str) -> tuple[int, int, str]:
+def _usage(model: str, request: CallRequest, response: Any, text: str | None) -> tuple[int, int, str]:
     usage = getattr(response, "usage", None)
     prompt = getattr(usage, "prompt_tokens", None) or 0
     completion = getattr(usage, "completion_tokens", None) or 0
     if prompt > 0:
         return prompt, completion, "provider"
+    if request.kind == "embed":
+        return litellm.token_counter(model=model, text=request.texts), 0, "counted"
     counted_prompt = litellm.token_counter(model=model, messages=request.messages)
-    counted_completion = litellm.token_counter(model=model, text=text, count_response_tokens=True)
+    counted_completion = litellm.token_counter(model=model, text=text or "", count_response_tokens=True)
     return counted_prompt, counted_completion, "counted"
 
 

@@ -7,7 +7,7 @@ and attempt the next calls belong to and collects their records after each episo
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,8 +21,11 @@ class CallRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    kind: Literal["chat", "embed"] = "chat"
     model: str
-    messages: list[Message]
+    messages: list[Message] = []
+    texts: list[str] = []
+    """Inputs of an embedding call."""
     purpose: Purpose
     run_id: str
     task_id: str | None
@@ -33,7 +36,8 @@ class CallRequest(BaseModel):
 class CallResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    text: str | None
+    text: str | None = None
+    vectors: list[list[float]] | None = None
     record: LLMCall
 
 
@@ -54,7 +58,7 @@ class ModelCallError(RuntimeError):
 
 
 class GatewayLink(Protocol):
-    async def complete(self, request: CallRequest) -> CallResult: ...
+    async def call(self, request: CallRequest) -> CallResult: ...
 
 
 class ModelClient(Protocol):
@@ -63,12 +67,15 @@ class ModelClient(Protocol):
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion: ...
 
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
 
 class AgentModelClient:
     def __init__(self, gateway: GatewayLink, model: str, run_id: str,
-                 default_params: dict[str, Any] | None = None) -> None:
+                 default_params: dict[str, Any] | None = None, embedder: str | None = None) -> None:
         self.gateway = gateway
         self.model = model
+        self.embedder = embedder
         self.run_id = run_id
         self.default_params = dict(default_params or {})
         self.task_id: str | None = None
@@ -88,11 +95,25 @@ class AgentModelClient:
         request = CallRequest(model=self.model, messages=messages, purpose=purpose,
                               run_id=self.run_id, task_id=self.task_id, attempt=self.attempt,
                               params={**self.default_params, **params})
-        result = await self.gateway.complete(request)
-        self._records.append(result.record)
-        if result.record.error is not None or result.text is None:
-            raise ModelCallError(result.record)
+        result = await self._call(request)
+        assert result.text is not None
         record = result.record
         usage = Usage(prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens,
                       cost_usd=record.cost_usd, latency_s=record.latency_s)
         return Completion(text=result.text, usage=usage, call_id=record.call_id)
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self.embedder is None:
+            raise RuntimeError("this run has no embedder configured")
+        request = CallRequest(kind="embed", model=self.embedder, texts=texts, purpose="embed",
+                              run_id=self.run_id, task_id=self.task_id, attempt=self.attempt)
+        result = await self._call(request)
+        assert result.vectors is not None
+        return result.vectors
+
+    async def _call(self, request: CallRequest) -> CallResult:
+        result = await self.gateway.call(request)
+        self._records.append(result.record)
+        if result.record.error is not None:
+            raise ModelCallError(result.record)
+        return result

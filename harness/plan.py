@@ -30,6 +30,7 @@ class AgentRunSpec(BaseModel):
     tasks: list[Task]
     model: str
     model_params: dict[str, Any]
+    embedder: str
     budget: BudgetSettings
 
 
@@ -63,11 +64,12 @@ def build_plan(settings: HarnessConfig) -> list[AgentRunSpec]:
         identity = {"variant": settings.variant.model_dump(by_alias=True),
                     "env": settings.env.model_dump(by_alias=True), "stream": settings.stream.model_dump(),
                     "model": settings.model.name, "params": settings.model.params,
-                    "budget": settings.budget.model_dump(), "seed": seed}
+                    "embedder": settings.embedder.name, "budget": settings.budget.model_dump(), "seed": seed}
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
         specs.append(AgentRunSpec(
             run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-{digest}",
             variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
             env=settings.env.name, env_cfg=env_cfg, scenario=settings.stream.scenario, tasks=tasks,
-            model=settings.model.name, model_params=settings.model.params, budget=settings.budget))
+            model=settings.model.name, model_params=settings.model.params,
+            embedder=settings.embedder.name, budget=settings.budget))
     return specs

@@ -69,7 +69,8 @@ def budget_exhausted(spec: AgentRunSpec, spent: Usage) -> str | None:
 
 async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
-    llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params)
+    llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
+                           embedder=spec.embedder)
     agent = build_agent(spec, llm)
     spent = Usage()
     for position, task in enumerate(spec.tasks):

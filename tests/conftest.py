@@ -28,8 +28,9 @@ def compose_config(*overrides: str) -> DictConfig:
 
 
 def scripted_settings(*overrides: str) -> HarnessConfig:
-    """The real default config with the scripted model, a short stream and no progress bar."""
-    cfg = compose_config("model=scripted", "stream.num_tasks=6", "progress=false", *overrides)
+    """The real default config with the scripted model, the hashing embedder, a short stream."""
+    cfg = compose_config("model=scripted", "embedder=hashing", "stream.num_tasks=6", "progress=false",
+                         *overrides)
     return HarnessConfig.from_dictconfig(cfg)
 
 
@@ -48,9 +49,9 @@ class RecordingGateway:
         self.inner = inner
         self.requests: list[CallRequest] = []
 
-    async def complete(self, request: CallRequest) -> CallResult:
+    async def call(self, request: CallRequest) -> CallResult:
         self.requests.append(request)
-        return await self.inner.complete(request)
+        return await self.inner.call(request)
 
 
 @dataclass
@@ -71,7 +72,7 @@ def run_variant(*overrides: str) -> AgentRun:
     settings = scripted_settings(*overrides)
     spec = build_plan(settings)[0]
     answer_key = {t.question: t.answer for t in spec.tasks}
-    gateway = RecordingGateway(Gateway([settings.model], answer_key=answer_key))
+    gateway = RecordingGateway(Gateway([settings.model, settings.embedder], answer_key=answer_key))
     sink = ListSink()
     outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
     return AgentRun(outcome, sink, gateway)

@@ -25,7 +25,7 @@ def request(content: str = QUESTION, purpose: str = "act", system: str = "Be bri
 
 
 def complete(gw: Gateway, req: CallRequest):
-    return asyncio.run(gw.complete(req))
+    return asyncio.run(gw.call(req))
 
 
 def test_a_call_is_recorded_with_real_token_counts_and_its_attribution():
@@ -69,7 +69,7 @@ def test_concurrency_limit_queues_the_extra_calls():
     gw = gateway("model.max_concurrency=2", "model.scripted.latency_s=0.05")
 
     async def burst():
-        return await asyncio.gather(*(gw.complete(request(f"q{i}")) for i in range(6)))
+        return await asyncio.gather(*(gw.call(request(f"q{i}")) for i in range(6)))
 
     queued = sorted(r.record.queued_s for r in asyncio.run(burst()))
     assert queued[:2] == pytest.approx([0, 0], abs=0.03)
