@@ -10,13 +10,17 @@ every call they make carries a purpose, so self-improvement is never billed as a
 from __future__ import annotations
 
 import abc
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from agents.judge import Judge
 from envs.base import EnvEpisode, TaskView
 from harness.model_client import Message, ModelClient
+
+if TYPE_CHECKING:
+    from agents.memory_store import EpisodicMemory, MemoryEvent
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 RewardSource = Literal["truth", "judge"]
@@ -84,7 +88,8 @@ class Agent(abc.ABC):
 
     def __init__(self, llm: ModelClient, seed: int = 0, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  max_steps: int = 1, max_attempts: int = 1, reward_source: RewardSource = "truth",
-                 judge: dict[str, str] | None = None) -> None:
+                 judge: dict[str, str] | None = None, memory: dict[str, Any] | None = None,
+                 workdir: str | None = None, run_id: str = "agent") -> None:
         if max_steps < 1:
             raise ValueError(f"variant.max_steps must be >= 1, got {max_steps}")
         if max_attempts < 1:
@@ -102,9 +107,19 @@ class Agent(abc.ABC):
         self.max_attempts = max_attempts
         self.reward_source = reward_source
         self.judge = Judge(llm, **judge) if judge is not None else None
+        self.memory: EpisodicMemory | None = None
+        if memory is not None:
+            from agents.memory_store import EpisodicMemory  # LanceDB loads only for agents with memory
+
+            self.memory = EpisodicMemory(llm, directory=Path(workdir or ".") / "memory", table=run_id,
+                                         **memory)
+        self.stream_position = -1
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         """Attempt until rewarded or out of attempts; every attempt is kept."""
+        self.stream_position += 1
+        if self.memory is not None:
+            await self.memory.recall(trial.task)
         results: list[AttemptResult] = []
         reflection: str | None = None
         while True:
@@ -124,12 +139,17 @@ class Agent(abc.ABC):
         """Prepare the next attempt after a failed one; return any reflection it will carry."""
         return None
 
-    async def learn(self, feedback: Feedback) -> None:  # noqa: B027 - optional hook, no-op by default
-        """Update the agent's own state after a task (nothing, by default)."""
+    async def learn(self, feedback: Feedback) -> None:
+        """Update the agent's own state after a task: by default, its memory if it has one."""
+        if self.memory is not None:
+            await self.memory.remember(feedback, self.stream_position)
 
     def memory_size(self) -> int | None:
-        """Items in the agent's memory, for variants that have one."""
-        return None
+        """Items in the agent's memory; None for agents without one."""
+        return self.memory.size if self.memory is not None else None
+
+    def take_memory_events(self) -> list[MemoryEvent]:
+        return self.memory.take_events() if self.memory is not None else []
 
     async def assess(self, task: TaskView, episode: EnvEpisode, attempt: Attempt, number: int,
                      reflection: str | None) -> AttemptResult:
@@ -148,8 +168,13 @@ class Agent(abc.ABC):
         return {"temperature": temperature, "seed": self.seed * 1_000_003 + self.attempt * 1_009 + draw}
 
     def messages_for(self, observation: str, system_prompt: str | None = None) -> list[Message]:
-        return [{"role": "system", "content": system_prompt or self.system_prompt},
-                {"role": "user", "content": observation}]
+        """System prompt (plus recalled lessons), recalled worked examples, then the observation."""
+        system = system_prompt or self.system_prompt
+        examples: list[Message] = []
+        if self.memory is not None:
+            system += self.memory.system_addendum()
+            examples = self.memory.example_turns()
+        return [{"role": "system", "content": system}, *examples, {"role": "user", "content": observation}]
 
     async def act(self, episode: EnvEpisode, messages: list[Message], **params: Any) -> Attempt:
         """The plain acting loop: send, step the environment with the reply, repeat until done."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -32,6 +33,8 @@ class AgentRunSpec(BaseModel):
     model_params: dict[str, Any]
     embedder: str
     budget: BudgetSettings
+    workdir: str
+    """Directory for the agent's own files (its memory table)."""
 
 
 def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwargs: Any) -> Any:
@@ -51,7 +54,7 @@ def build_environment(env_cfg: dict[str, Any]) -> Environment:
     return instantiate_component(env_cfg, "env", Environment)
 
 
-def build_plan(settings: HarnessConfig) -> list[AgentRunSpec]:
+def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     env_cfg = settings.env.instantiable()
     pool = build_environment(env_cfg).tasks()
     wanted = settings.stream.num_tasks
@@ -71,5 +74,5 @@ def build_plan(settings: HarnessConfig) -> list[AgentRunSpec]:
             variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
             env=settings.env.name, env_cfg=env_cfg, scenario=settings.stream.scenario, tasks=tasks,
             model=settings.model.name, model_params=settings.model.params,
-            embedder=settings.embedder.name, budget=settings.budget))
+            embedder=settings.embedder.name, budget=settings.budget, workdir=str(run_dir)))
     return specs

@@ -206,7 +206,37 @@ class AttemptRow(Record):
     """Reflection carried into this attempt from the previous failed one (unverified model text)."""
 
 
-TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, AttemptRow, LLMCall)}
+class MemoryEventRow(Record):
+    """One thing an agent's memory did: an item inserted, retrieved for a task, or evicted."""
+
+    table: ClassVar[str] = "memory_events"
+
+    run_id: str
+    """Agent run whose memory it is (each run has its own table: nothing is shared between runs)."""
+    task_id: str
+    """Task being worked on when it happened (retrievals: the task the item was recalled for)."""
+    stream_position: int
+    """Position of that task in the stream."""
+    event: Literal["insert", "retrieve", "evict"]
+    """insert: stored after a task; retrieve: put into the prompt for a task; evict: dropped at capacity."""
+    memory_id: str
+    """Id of the memory item."""
+    kind: Literal["lessons", "examples"]
+    """lessons: distilled one-sentence lessons; examples: the agent's own rewarded question-answer pairs."""
+    text: str
+    """The item's text (the lesson, or the example's answer)."""
+    source_task_id: str
+    """Task the item was made from (always an earlier task of the same run, for a retrieval)."""
+    similarity: float | None
+    """Cosine similarity of the item's question to the current task's, for retrievals; else null."""
+    importance: float
+    """Retrieval weight: 1.0 for items from rewarded tasks, less for failures."""
+    verified: bool
+    """False when the item carries reflection text (the model's own, unchecked) into the lesson."""
+
+
+TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, AttemptRow, LLMCall,
+                                                                    MemoryEventRow)}
 
 
 class AgentRunInfo(BaseModel):

@@ -51,7 +51,7 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
         from harness.gateway import check_model_name  # imports litellm (seconds): only when needed
 
         check_model_name(settings.model.name)
-    specs = build_plan(settings)
+    specs = build_plan(settings, run_dir)
     _check_agents_build(specs)
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(

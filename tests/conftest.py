@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ class AgentRun:
     outcome: RunOutcome
     sink: ListSink
     gateway: RecordingGateway
+    workdir: Path
     rows: dict = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,12 +72,13 @@ class AgentRun:
 
 def run_variant(*overrides: str) -> AgentRun:
     settings = scripted_settings(*overrides)
-    spec = build_plan(settings)[0]
+    workdir = Path(tempfile.mkdtemp(prefix="harness-test-"))
+    spec = build_plan(settings, workdir)[0]
     answer_key = {t.question: t.answer for t in spec.tasks}
     gateway = RecordingGateway(Gateway([settings.model, settings.embedder], answer_key=answer_key))
     sink = ListSink()
     outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
-    return AgentRun(outcome, sink, gateway)
+    return AgentRun(outcome, sink, gateway, workdir)
 
 
 @pytest.fixture(scope="session")

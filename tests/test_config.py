@@ -65,19 +65,19 @@ def test_unknown_provider_fails_naming_the_model_field():
     check_model_name("anthropic/claude-3-5-haiku-latest")
 
 
-def test_more_tasks_than_the_pool_has_is_a_config_error():
+def test_more_tasks_than_the_pool_has_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"stream.num_tasks: 100000 exceeds the \d+ tasks"):
-        build_plan(scripted_settings("stream.num_tasks=100000"))
+        build_plan(scripted_settings("stream.num_tasks=100000"), tmp_path)
 
 
-def test_bad_env_option_is_a_config_error():
+def test_bad_env_option_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"env\.families: unknown"):
-        build_plan(scripted_settings("env.families=[moons]"))
+        build_plan(scripted_settings("env.families=[moons]"), tmp_path)
 
 
-def test_plan_is_seeded_and_run_ids_are_stable():
-    first = build_plan(scripted_settings("seeds=[0,1]"))
-    again = build_plan(scripted_settings("seeds=[0,1]"))
+def test_plan_is_seeded_and_run_ids_are_stable(tmp_path):
+    first = build_plan(scripted_settings("seeds=[0,1]"), tmp_path)
+    again = build_plan(scripted_settings("seeds=[0,1]"), tmp_path)
     assert [s.run_id for s in first] == [s.run_id for s in again]
     assert [t.task_id for t in first[0].tasks] == [t.task_id for t in again[0].tasks]
     assert [t.task_id for t in first[0].tasks] != [t.task_id for t in first[1].tasks]

@@ -1,0 +1,197 @@
+"""Episodic memory: what one agent run keeps from its own past tasks, in its own LanceDB table.
+
+Two modes:
+- `lessons`: after each task a distil call (purpose `distill`) turns the attempt and its outcome
+  (and any reflections, which makes the lesson `unverified`) into a one-sentence lesson;
+  retrieved lessons are added to the system prompt.
+- `examples`: rewarded tasks are kept as worked examples (question, the agent's own answer) with
+  no extra model call; retrieved examples become prior chat turns (self-generated few-shot).
+
+Items are keyed by the embedding of their question (purpose `embed`); retrieval takes the top-k
+by cosine similarity weighted by importance and counts each access. Beyond `capacity`, the item
+with the lowest importance, then fewest accesses, then oldest is evicted. Every insert, retrieval
+and eviction is logged as a memory event. The table is this agent's alone, and this agent is its
+only writer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from lancedb.pydantic import LanceModel, Vector
+from pydantic import BaseModel, ConfigDict
+
+from agents.base import AttemptResult, Feedback
+from envs.base import TaskView
+from harness.model_client import Message, ModelClient
+
+MemoryMode = Literal["lessons", "examples"]
+
+DISTILL_PROMPT = (
+    "You answered a question.\nQuestion: {question}\nYour answer: {answer}\nOutcome: {outcome}\n"
+    "{reflections}"
+    "Write one short, general lesson (one sentence) that would help answer similar questions "
+    "correctly next time."
+)
+
+
+class MemoryEvent(BaseModel):
+    """What the memory did; the runner attributes it to the task and writes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event: Literal["insert", "retrieve", "evict"]
+    memory_id: str
+    kind: MemoryMode
+    text: str
+    source_task_id: str
+    similarity: float | None
+    importance: float
+    verified: bool
+
+
+class Recalled(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: str
+    text: str
+    question: str
+    similarity: float
+
+
+def item_model(dim: int) -> type[LanceModel]:
+    """The table's row model; the Arrow schema is derived from it (LanceModel.to_arrow_schema)."""
+
+    class MemoryItem(LanceModel):
+        memory_id: str
+        kind: str
+        text: str
+        question: str
+        source_task_id: str
+        source_position: int
+        reward: float
+        verified: bool
+        importance: float
+        access_count: int
+        vector: Vector(dim)  # type: ignore[valid-type]
+
+    return MemoryItem
+
+
+class EpisodicMemory:
+    def __init__(self, llm: ModelClient, directory: str | Path, table: str, mode: MemoryMode = "lessons",
+                 top_k: int = 3, capacity: int = 200, min_similarity: float = 0.0,
+                 failure_importance: float = 0.5, distill_prompt: str = DISTILL_PROMPT) -> None:
+        if mode not in ("lessons", "examples"):
+            raise ValueError(f"variant.memory.mode must be lessons or examples, got {mode!r}")
+        if top_k < 1 or capacity < 1:
+            raise ValueError("variant.memory.top_k and variant.memory.capacity must be >= 1")
+        self.llm = llm
+        self.directory = Path(directory)
+        self.table_name = table
+        self.mode: MemoryMode = mode
+        self.top_k = top_k
+        self.capacity = capacity
+        self.min_similarity = min_similarity
+        self.failure_importance = failure_importance
+        self.distill_prompt = distill_prompt
+        self.size = 0
+        self.recalled: list[Recalled] = []
+        self._table: Any = None
+        self._events: list[MemoryEvent] = []
+
+    def take_events(self) -> list[MemoryEvent]:
+        events, self._events = self._events, []
+        return events
+
+    async def recall(self, task: TaskView) -> list[Recalled]:
+        """Top-k items for this task (by similarity x importance), kept in `recalled` for prompts."""
+        self.recalled = []
+        if self.size == 0:
+            return self.recalled
+        [vector] = await self.llm.embed([task.question])
+        rows = await (self._table.vector_search(vector).distance_type("cosine")
+                      .limit(self.top_k * 4).to_list())
+        scored = [(1.0 - row["_distance"], row) for row in rows]
+        scored = [(s, row) for s, row in scored if s >= self.min_similarity]
+        scored.sort(key=lambda pair: pair[0] * pair[1]["importance"], reverse=True)
+        for similarity, row in scored[: self.top_k]:
+            self.recalled.append(Recalled(memory_id=row["memory_id"], text=row["text"],
+                                          question=row["question"], similarity=similarity))
+            self._events.append(self._event("retrieve", row, similarity))
+        if self.recalled:
+            ids = ", ".join(f"'{r.memory_id}'" for r in self.recalled)
+            await self._table.update(where=f"memory_id IN ({ids})",
+                                     updates_sql={"access_count": "access_count + 1"})
+        return self.recalled
+
+    def system_addendum(self) -> str:
+        if self.mode != "lessons" or not self.recalled:
+            return ""
+        lessons = "\n".join(f"- {r.text}" for r in self.recalled)
+        return f"\n\nLessons from your earlier tasks:\n{lessons}"
+
+    def example_turns(self) -> list[Message]:
+        if self.mode != "examples":
+            return []
+        turns: list[Message] = []
+        for r in reversed(self.recalled):  # the most relevant example sits next to the question
+            turns += [{"role": "user", "content": r.question}, {"role": "assistant", "content": r.text}]
+        return turns
+
+    async def remember(self, feedback: Feedback, position: int) -> None:
+        final = feedback.final
+        reflections = [a.reflection for a in feedback.attempts if a.reflection]
+        if self.mode == "examples":
+            if not final.rewarded or not final.response:
+                return
+            text, verified = final.response, True
+        else:
+            text = await self._distill(feedback.task, final, reflections)
+            verified = not reflections  # reflection text is the model's own, unchecked
+        importance = 1.0 if final.rewarded else self.failure_importance
+        [vector] = await self.llm.embed([feedback.task.question])
+        row = {"memory_id": uuid.uuid4().hex[:12], "kind": self.mode, "text": text,
+               "question": feedback.task.question, "source_task_id": feedback.task.task_id,
+               "source_position": position, "reward": final.reward, "verified": verified,
+               "importance": importance, "access_count": 0, "vector": vector}
+        table = await self._open(len(vector))
+        await table.add([row])
+        self.size += 1
+        self._events.append(self._event("insert", row, None))
+        if self.size > self.capacity:
+            await self._evict()
+
+    async def _distill(self, task: TaskView, final: AttemptResult, reflections: list[str]) -> str:
+        notes = "".join(f"Reflection (unverified): {r}\n" for r in reflections)
+        prompt = self.distill_prompt.format(
+            question=task.question, answer=final.response or "(no answer)",
+            outcome="correct" if final.rewarded else "incorrect", reflections=notes)
+        completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="distill")
+        return " ".join(completion.text.split())
+
+    async def _evict(self) -> None:
+        rows = (await self._table.query().select(
+            ["memory_id", "kind", "text", "question", "source_task_id", "source_position", "importance",
+             "access_count", "verified"]).to_list())
+        victim = min(rows, key=lambda r: (r["importance"], r["access_count"], r["source_position"]))
+        await self._table.delete(f"memory_id = '{victim['memory_id']}'")
+        self.size -= 1
+        self._events.append(self._event("evict", victim, None))
+
+    async def _open(self, dim: int) -> Any:
+        if self._table is None:
+            import lancedb
+
+            self.directory.mkdir(parents=True, exist_ok=True)
+            db = await lancedb.connect_async(self.directory)
+            self._table = await db.create_table(self.table_name, schema=item_model(dim), mode="overwrite")
+        return self._table
+
+    def _event(self, event: Literal["insert", "retrieve", "evict"], row: dict[str, Any],
+               similarity: float | None) -> MemoryEvent:
+        return MemoryEvent(event=event, memory_id=row["memory_id"], kind=self.mode, text=row["text"],
+                           source_task_id=row["source_task_id"], similarity=similarity,
+                           importance=row["importance"], verified=row["verified"])
