@@ -20,7 +20,7 @@ from envs.base import EnvEpisode, TaskView
 from harness.model_client import Message, ModelClient
 
 if TYPE_CHECKING:
-    from agents.memory_store import EpisodicMemory, MemoryEvent
+    from agents.memory_store import EpisodicMemory
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 RewardSource = Literal["truth", "judge"]
@@ -148,8 +148,10 @@ class Agent(abc.ABC):
         """Items in the agent's memory; None for agents without one."""
         return self.memory.size if self.memory is not None else None
 
-    def take_memory_events(self) -> list[MemoryEvent]:
-        return self.memory.take_events() if self.memory is not None else []
+    def take_rows(self) -> dict[str, list[BaseModel]]:
+        """Rows for the harness's tables that the last task produced, by table name; the runner adds
+        run_id, task_id and stream_position (see harness/records.py for each table)."""
+        return {"memory_events": self.memory.take_events()} if self.memory is not None else {}
 
     async def assess(self, task: TaskView, episode: EnvEpisode, attempt: Attempt, number: int,
                      reflection: str | None) -> AttemptResult:

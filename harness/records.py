@@ -235,8 +235,33 @@ class MemoryEventRow(Record):
     """False when the item carries reflection text (the model's own, unchecked) into the lesson."""
 
 
+class PromptRow(Record):
+    """One candidate system prompt an optimising variant (OPRO) scored on its tuning tasks."""
+
+    table: ClassVar[str] = "prompts"
+
+    run_id: str
+    """Agent run that optimised."""
+    task_id: str
+    """Task during which it optimised (the first of its stream: optimisation is charged there)."""
+    stream_position: int
+    """Position of that task."""
+    step: int
+    """0 for the starting prompt, then one per proposal of the meta-prompt."""
+    prompt: str
+    """The candidate system prompt."""
+    tuning_score: float
+    """Its success rate on the tuning tasks."""
+    tuning_tasks: int
+    """How many tuning tasks it was scored on."""
+    selected: bool
+    """True for the prompt the agent then used on its stream."""
+    protocol: str
+    """held_out (tuned on tasks disjoint from the stream) or resubstitution (tuned on the stream's own)."""
+
+
 TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, AttemptRow, LLMCall,
-                                                                    MemoryEventRow)}
+                                                                    MemoryEventRow, PromptRow)}
 
 
 class AgentRunInfo(BaseModel):

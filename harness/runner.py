@@ -18,7 +18,7 @@ from agents.base import Agent, AttemptResult, Feedback, Trial
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
 from harness.plan import AgentRunSpec, instantiate_component
-from harness.records import AttemptRow, Episode, LLMCall, MemoryEventRow, Usage
+from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
 
 
 class RecordSink(Protocol):
@@ -100,9 +100,9 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                        attempt=r.number, response=r.response, success=r.success, score=r.score,
                        judge_score=r.judge_score, reward=r.reward, steps=r.steps,
                        reflection=r.reflection).model_dump() for r in results])
-        sink.append(MemoryEventRow.table, [
-            MemoryEventRow(run_id=spec.run_id, task_id=task.task_id, stream_position=position,
-                           **event.model_dump()).model_dump() for event in agent.take_memory_events()])
+        where = {"run_id": spec.run_id, "task_id": task.task_id, "stream_position": position}
+        for table, events in agent.take_rows().items():
+            sink.append(table, [TABLES[table](**where, **e.model_dump()).model_dump() for e in events])
         sink.append(Episode.table, [episode.model_dump()])
     return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None)
 
