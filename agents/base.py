@@ -81,6 +81,18 @@ class Trial(abc.ABC):
         """A fresh environment episode of the task; later model calls count for this attempt."""
 
 
+class TuningSet(abc.ABC):
+    """Tasks an agent may tune on before its stream, and a way to score a system prompt on them."""
+
+    tasks: list[TaskView]
+    held_out: bool
+    """True when the tasks are disjoint from the evaluated stream; False for resubstitution."""
+
+    @abc.abstractmethod
+    async def evaluate(self, system_prompt: str, limit: int | None = None) -> float:
+        """Success rate of single-turn answers under `system_prompt` (calls: purpose optimize)."""
+
+
 class Agent(abc.ABC):
     #: How the agent's prompt relates to the evaluated stream; OPRO-like variants that tune on a
     #: split say `held_out` or `resubstitution`.
@@ -114,6 +126,9 @@ class Agent(abc.ABC):
             self.memory = EpisodicMemory(llm, directory=Path(workdir or ".") / "memory", table=run_id,
                                          **memory)
         self.stream_position = -1
+
+    async def prepare(self, tuning: TuningSet) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Before the first task: tune on held-out tasks (charged to the first task's episode)."""
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         """Attempt until rewarded or out of attempts; every attempt is kept."""

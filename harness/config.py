@@ -106,6 +106,7 @@ class ModelSettings(EndpointSettings):
 class StreamSettings(_Strict):
     scenario: str = Field(min_length=1)
     num_tasks: int = Field(gt=0)
+    tuning_size: int = Field(ge=0)
 
     @field_validator("scenario")
     @classmethod

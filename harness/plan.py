@@ -29,6 +29,8 @@ class AgentRunSpec(BaseModel):
     env_cfg: dict[str, Any]
     scenario: str
     tasks: list[Task]
+    tuning_tasks: list[Task]
+    """Held-out tasks for variants that tune (OPRO), disjoint from every stream; may be empty."""
     model: str
     model_params: dict[str, Any]
     embedder: str
@@ -54,13 +56,41 @@ def build_environment(env_cfg: dict[str, Any]) -> Environment:
     return instantiate_component(env_cfg, "env", Environment)
 
 
+def split_tuning(pool: list[Task], size: int) -> tuple[list[Task], list[Task]]:
+    """Hold out about `size` tasks for tuning. The split hashes the question text only, so every seed
+    and variant of a sweep draws from the same evaluation pool, and repeated questions stay together."""
+    if size == 0:
+        return [], pool
+    if size >= len(pool):
+        raise ConfigError(f"invalid config: stream.tuning_size: {size} leaves none of the {len(pool)} "
+                          "tasks for evaluation")
+    by_hash = sorted({t.question for t in pool}, key=lambda q: hashlib.sha256(q.encode()).hexdigest())
+    held = set(by_hash[:size])
+    tuning = [t for t in pool if t.question in held]
+    evaluation = [t for t in pool if t.question not in held]
+    check_disjoint(tuning, evaluation)
+    return tuning, evaluation
+
+
+def check_disjoint(tuning: list[Task], evaluation: list[Task]) -> None:
+    """Refuse a tuning split that shares a task id or an exact question with the evaluation pool."""
+    shared = ({t.task_id for t in tuning} & {t.task_id for t in evaluation}
+              or {t.question for t in tuning} & {t.question for t in evaluation})
+    if shared:
+        example = sorted(shared)[0]
+        raise ConfigError(f"invalid config: stream.tuning_size: the tuning split overlaps the evaluation "
+                          f"pool ({len(shared)} shared, e.g. {example[:80]!r})")
+
+
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     env_cfg = settings.env.instantiable()
     pool = build_environment(env_cfg).tasks()
+    tuning, pool = split_tuning(pool, settings.stream.tuning_size)
     wanted = settings.stream.num_tasks
     if wanted > len(pool):
+        held = f" after the {len(tuning)} held out for tuning" if tuning else ""
         raise ConfigError(f"invalid config: stream.num_tasks: {wanted} exceeds the {len(pool)} tasks "
-                          f"env {settings.env.name!r} has")
+                          f"env {settings.env.name!r} has{held}")
     specs = []
     for seed in settings.seeds:
         tasks = random.Random(seed).sample(pool, wanted)
@@ -73,6 +103,7 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
             run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-{digest}",
             variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
             env=settings.env.name, env_cfg=env_cfg, scenario=settings.stream.scenario, tasks=tasks,
+            tuning_tasks=tuning,
             model=settings.model.name, model_params=settings.model.params,
             embedder=settings.embedder.name, budget=settings.budget, workdir=str(run_dir)))
     return specs

@@ -7,6 +7,7 @@ sums of the call records written beside it, so the tables cannot disagree.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import time
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from agents.base import Agent, AttemptResult, Feedback, Trial
+from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
 from harness.plan import AgentRunSpec, instantiate_component
@@ -46,6 +47,28 @@ class EnvTrial(Trial):
         self.attempts_started += 1
         self.llm.attempt = self.attempts_started
         return self.env.reset(self._task)
+
+
+class EnvTuningSet(TuningSet):
+    def __init__(self, tasks: list[Task], held_out: bool, env: Environment, llm: AgentModelClient) -> None:
+        self._tasks = tasks
+        self.tasks = [TaskView.of(t) for t in tasks]
+        self.held_out = held_out
+        self.env = env
+        self.llm = llm
+
+    async def evaluate(self, system_prompt: str, limit: int | None = None) -> float:
+        tasks = self._tasks[:limit] if limit is not None else self._tasks
+
+        async def one(task: Task) -> float:
+            episode = self.env.reset(task)
+            messages = [{"role": "system", "content": system_prompt},
+                        {"role": "user", "content": episode.observation}]
+            episode.step((await self.llm.complete(messages, purpose="optimize")).text)
+            return float(episode.score().success)
+
+        scores = await asyncio.gather(*(one(t) for t in tasks))
+        return sum(scores) / len(scores) if scores else 0.0
 
 
 def _now() -> dt.datetime:
@@ -84,6 +107,9 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
         results: list[AttemptResult] = []
         error: str | None = None
         try:
+            if position == 0:
+                await agent.prepare(EnvTuningSet(spec.tuning_tasks or spec.tasks, bool(spec.tuning_tasks),
+                                                 env, llm))
             results = await agent.run_task(trial)
             await agent.learn(Feedback(task=trial.task, attempts=results))
         except ModelCallError as failure:

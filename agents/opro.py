@@ -1,0 +1,79 @@
+"""OPRO: optimise the system prompt with a meta-prompt before the stream (Yang et al., 2023).
+
+Before the first task, the agent scores its starting prompt on the tuning tasks, then for `steps`
+rounds asks the model (purpose optimize) for a better instruction given the history of prompts
+and scores, scores each proposal the same way (purpose optimize), and keeps the best for the whole
+stream. All of it is charged to the first episode. With a held-out tuning split the run is
+labelled `held_out`; without one it tunes on its own stream and is labelled `resubstitution`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agents.base import TuningSet
+from agents.baseline import BaselineAgent
+
+META_PROMPT = (
+    "You write instructions (system prompts) for an assistant that answers questions like these:\n"
+    "{examples}\n\n"
+    "Earlier instructions and the share of such questions answered exactly right with each, "
+    "worst first:\n{history}\n\n"
+    "Write a new instruction, different from all of the above, that would score higher. "
+    "Reply with the instruction only."
+)
+
+
+class PromptCandidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    prompt: str
+    tuning_score: float
+    tuning_tasks: int
+    selected: bool
+    protocol: str
+
+
+class OproAgent(BaselineAgent):
+    def __init__(self, *args: Any, steps: int = 3, tuning_limit: int = 20, meta_examples: int = 3,
+                 meta_prompt: str = META_PROMPT, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if steps < 1 or tuning_limit < 1:
+            raise ValueError("variant.steps and variant.tuning_limit must be >= 1")
+        if "{history}" not in meta_prompt or "{examples}" not in meta_prompt:
+            raise ValueError("variant.meta_prompt must contain {examples} and {history}")
+        self.steps = steps
+        self.tuning_limit = tuning_limit
+        self.meta_examples = meta_examples
+        self.meta_prompt = meta_prompt
+        self.protocol = "online"  # until prepare() has tuned
+        self._candidates: list[PromptCandidate] = []
+
+    async def prepare(self, tuning: TuningSet) -> None:
+        self.protocol = "held_out" if tuning.held_out else "resubstitution"
+        n = min(self.tuning_limit, len(tuning.tasks))
+        history = [(self.system_prompt, await tuning.evaluate(self.system_prompt, n))]
+        examples = "\n".join(f"- {t.question}" for t in tuning.tasks[: self.meta_examples])
+        for _ in range(self.steps):
+            ranked = sorted(history, key=lambda pair: pair[1])
+            listing = "\n".join(f"Instruction: {p}\nScore: {round(100 * s)}%" for p, s in ranked)
+            reply = await self.llm.complete(
+                [{"role": "user", "content": self.meta_prompt.format(examples=examples, history=listing)}],
+                purpose="optimize")
+            proposal = reply.text.strip().strip('"').strip()
+            if proposal:
+                history.append((proposal, await tuning.evaluate(proposal, n)))
+        best = max(range(len(history)), key=lambda i: (history[i][1], -i))  # ties: the earlier prompt
+        self.system_prompt = history[best][0]
+        self._candidates = [PromptCandidate(step=i, prompt=p, tuning_score=s, tuning_tasks=n,
+                                            selected=i == best, protocol=self.protocol)
+                            for i, (p, s) in enumerate(history)]
+
+    def take_rows(self) -> dict[str, list[BaseModel]]:
+        rows = super().take_rows()
+        if self._candidates:
+            rows["prompts"], self._candidates = list(self._candidates), []
+        return rows
