@@ -260,8 +260,34 @@ class PromptRow(Record):
     """held_out (tuned on tasks disjoint from the stream) or resubstitution (tuned on the stream's own)."""
 
 
+class ToolEventRow(Record):
+    """A model-written tool's life: registered or rejected after checks, then used (or failing) on tasks."""
+
+    table: ClassVar[str] = "tool_events"
+
+    run_id: str
+    """Agent run that owns the tool (tools are never shared between runs)."""
+    task_id: str
+    """Task during which it happened."""
+    stream_position: int
+    """Position of that task."""
+    event: Literal["registered", "rejected", "used", "failed"]
+    """registered: passed the checks and the sandboxed trial run; rejected: did not; used: ran in the
+    sandbox on a task; failed: raised, or broke a sandbox limit, on a task."""
+    tool_id: str
+    """Id of the tool (one per generated function)."""
+    family: str
+    """Task family the tool is registered for."""
+    code: str
+    """The tool's source (first 4,000 characters)."""
+    output: str | None
+    """What the tool returned (first 500 characters), when it ran to the end."""
+    error: str | None
+    """Why it was rejected or failed: bad code, or the sandbox limit it broke."""
+
+
 TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, AttemptRow, LLMCall,
-                                                                    MemoryEventRow, PromptRow)}
+                                                                    MemoryEventRow, PromptRow, ToolEventRow)}
 
 
 class AgentRunInfo(BaseModel):

@@ -1,0 +1,139 @@
+"""Tool learning: the model writes Python tools for a task family and reuses them.
+
+After a task it failed (or any task, with `generate_on=always`), the agent asks the model (purpose
+toolgen) for a function `tool(question: str) -> str`. The code must parse, define `tool` with one
+argument, and run to a result on that question inside the sandbox (agents/sandbox.py); only then is
+it registered, for this agent run alone, as the tool of that family. On later tasks of the family
+the tool runs in the sandbox first; its result becomes a hint in the prompt (`tool_use=hint`) or
+the submitted answer (`tool_use=answer`). Bad code and sandbox violations are recorded as events,
+never raised.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agents.base import Attempt, AttemptResult, Feedback, Trial
+from agents.baseline import BaselineAgent
+from agents.sandbox import Sandbox
+from envs.base import EnvEpisode, TaskView
+
+TOOLGEN_PROMPT = (
+    "Write a Python function `tool(question: str) -> str` that returns the answer to questions like "
+    "this one:\n{question}\n{feedback}\n"
+    "Use only the Python standard library, no network and no files. Reply with the code only, in "
+    "one ```python block."
+)
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+
+
+class ToolEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    event: Literal["registered", "rejected", "used", "failed"]
+    tool_id: str
+    family: str
+    code: str
+    output: str | None
+    error: str | None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    tool_id: str
+    family: str
+    code: str
+
+
+def extract_code(completion: str) -> str:
+    match = _CODE_BLOCK.search(completion)
+    return (match.group(1) if match else completion).strip()
+
+
+def check_tool_code(code: str) -> str | None:
+    """Why the code cannot be a tool, or None: it must parse and define `tool(question)`."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as error:
+        return f"SyntaxError: {error.msg} (line {error.lineno})"
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "tool"]
+    if not functions:
+        return "no top-level function named tool"
+    if len(functions[0].args.args) != 1:
+        return "tool must take exactly one argument (the question)"
+    return None
+
+
+class ToolLearningAgent(BaselineAgent):
+    def __init__(self, *args: Any, tool_use: Literal["hint", "answer"] = "hint",
+                 generate_on: Literal["failure", "always"] = "failure", toolgen_prompt: str = TOOLGEN_PROMPT,
+                 sandbox: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if tool_use not in ("hint", "answer"):
+            raise ValueError(f"variant.tool_use must be hint or answer, got {tool_use!r}")
+        if generate_on not in ("failure", "always"):
+            raise ValueError(f"variant.generate_on must be failure or always, got {generate_on!r}")
+        self.tool_use = tool_use
+        self.generate_on = generate_on
+        self.toolgen_prompt = toolgen_prompt
+        self.sandbox = Sandbox(**(sandbox or {}))
+        self.tools: dict[str, Tool] = {}
+        self._task: TaskView | None = None
+        self._events: list[ToolEvent] = []
+
+    async def run_task(self, trial: Trial) -> list[AttemptResult]:
+        self._task = trial.task
+        return await super().run_task(trial)
+
+    async def solve(self, episode: EnvEpisode) -> Attempt:
+        assert self._task is not None
+        tool = self.tools.get(self._task.family)
+        system = self.system_prompt
+        if tool is not None:
+            result = await self.sandbox.arun(tool.code, episode.observation)
+            self._record("used" if result.ok else "failed", tool, result.value, result.error)
+            if result.ok and self.tool_use == "answer":
+                episode.step(result.value or "")
+                return Attempt(final_output=result.value, steps=1)
+            if result.ok:
+                system += f"\n\nA tool you wrote for such questions returned: {result.value}"
+        return await self.act(episode, self.messages_for(episode.observation, system))
+
+    async def learn(self, feedback: Feedback) -> None:
+        await super().learn(feedback)
+        if self.generate_on == "failure" and feedback.final.rewarded:
+            return
+        final = feedback.final
+        note = (f"An earlier answer, {final.response!r}, was judged wrong." if not final.rewarded else "")
+        prompt = self.toolgen_prompt.format(question=feedback.task.question, feedback=note)
+        completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="toolgen")
+        tool = Tool(tool_id=uuid.uuid4().hex[:12], family=feedback.task.family,
+                    code=extract_code(completion.text))
+        problem = check_tool_code(tool.code)
+        if problem is not None:
+            self._record("rejected", tool, None, problem)
+            return
+        trial_run = await self.sandbox.arun(tool.code, feedback.task.question)
+        if not trial_run.ok:
+            self._record("rejected", tool, None, trial_run.error)
+            return
+        self.tools[tool.family] = tool
+        self._record("registered", tool, trial_run.value, None)
+
+    def take_rows(self) -> dict[str, list[BaseModel]]:
+        rows = super().take_rows()
+        if self._events:
+            rows["tool_events"], self._events = list(self._events), []
+        return rows
+
+    def _record(self, event: Literal["registered", "rejected", "used", "failed"], tool: Tool,
+                output: str | None, error: str | None) -> None:
+        self._events.append(ToolEvent(event=event, tool_id=tool.tool_id, family=tool.family,
+                                      code=tool.code[:4000], output=output[:500] if output else None,
+                                      error=error))

@@ -1,0 +1,58 @@
+"""The sandbox: model-written code runs with no network, no writes outside, bounded CPU and memory."""
+
+import pytest
+
+from agents.sandbox import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return Sandbox(cpu_s=1, wall_s=3, memory_mb=256, output_bytes=10_000)
+
+
+def test_a_well_behaved_tool_returns_its_value(sandbox):
+    code = "def tool(q):\n    open('scratch', 'w').write(q)\n    return open('scratch').read()[::-1]"
+    result = sandbox.run(code, "abc")
+    assert result.ok and result.value == "cba" and result.error is None
+
+
+def test_a_socket_connect_is_blocked(sandbox):
+    code = ("import socket\ndef tool(q):\n"
+            "    socket.create_connection(('127.0.0.1', 80), timeout=1)\n    return 'out'")
+    result = sandbox.run(code, "x")
+    assert not result.ok and "socket" in result.error and "not allowed" in result.error
+
+
+def test_a_write_outside_the_temp_dir_is_blocked(sandbox, tmp_path):
+    target = tmp_path / "escaped.txt"
+    result = sandbox.run(f"def tool(q):\n    open({str(target)!r}, 'w').write('x')\n    return 'wrote'", "x")
+    assert not result.ok and "outside the working directory" in result.error
+    assert not target.exists()
+
+
+def test_an_infinite_loop_hits_the_cpu_limit(sandbox):
+    result = sandbox.run("def tool(q):\n    while True:\n        pass", "x")
+    assert not result.ok and result.error.startswith("CPU-time limit exceeded")
+
+
+def test_a_memory_bomb_hits_the_memory_limit(sandbox):
+    result = sandbox.run("def tool(q):\n    block = bytearray(4 * 1024 ** 3)\n    return 'big'", "x")
+    assert not result.ok and "MemoryError" in result.error
+
+
+def test_a_sleeping_tool_hits_the_wall_clock_limit(sandbox):
+    result = sandbox.run("import time\ndef tool(q):\n    time.sleep(60)", "x")
+    assert not result.ok and result.error.startswith("wall-time limit")
+
+
+def test_output_is_capped(sandbox):
+    result = sandbox.run("def tool(q):\n    while True:\n        print('x' * 1000)", "x")
+    assert not result.ok and result.error.startswith("output size limit") and len(result.stdout) <= 10_000
+
+
+@pytest.mark.parametrize("code", ["import os\ndef tool(q):\n    return os.system('true')",
+                                  "import subprocess\ndef tool(q):\n    return subprocess.run(['true'])",
+                                  "import ctypes\ndef tool(q):\n    return ctypes.CDLL(None)"])
+def test_processes_and_native_code_are_blocked(sandbox, code):
+    result = sandbox.run(code, "x")
+    assert not result.ok and "not allowed" in result.error
