@@ -163,9 +163,10 @@ class Agent(abc.ABC):
         """Items in the agent's memory; None for agents without one."""
         return self.memory.size if self.memory is not None else None
 
-    def take_rows(self) -> dict[str, list[BaseModel]]:
-        """Rows for the harness's tables that the last task produced, by table name; the runner adds
-        run_id, task_id and stream_position (see harness/records.py for each table)."""
+    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
+        """Rows the last task produced for the harness's tables, by table name. The runner adds
+        run_id, task_id and stream_position and validates each row against its record model in
+        harness/records.py, the one place the columns are defined."""
         return {"memory_events": self.memory.take_events()} if self.memory is not None else {}
 
     async def assess(self, task: TaskView, episode: EnvEpisode, attempt: Attempt, number: int,

@@ -37,21 +37,6 @@ DISTILL_PROMPT = (
 )
 
 
-class MemoryEvent(BaseModel):
-    """What the memory did; the runner attributes it to the task and writes it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    event: Literal["insert", "retrieve", "evict"]
-    memory_id: str
-    kind: MemoryMode
-    text: str
-    source_task_id: str
-    similarity: float | None
-    importance: float
-    verified: bool
-
-
 class Recalled(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -100,9 +85,10 @@ class EpisodicMemory:
         self.size = 0
         self.recalled: list[Recalled] = []
         self._table: Any = None
-        self._events: list[MemoryEvent] = []
+        self._events: list[dict[str, Any]] = []
 
-    def take_events(self) -> list[MemoryEvent]:
+    def take_events(self) -> list[dict[str, Any]]:
+        """memory_events rows (see harness.records.MemoryEventRow) since the last call."""
         events, self._events = self._events, []
         return events
 
@@ -191,7 +177,7 @@ class EpisodicMemory:
         return self._table
 
     def _event(self, event: Literal["insert", "retrieve", "evict"], row: dict[str, Any],
-               similarity: float | None) -> MemoryEvent:
-        return MemoryEvent(event=event, memory_id=row["memory_id"], kind=self.mode, text=row["text"],
-                           source_task_id=row["source_task_id"], similarity=similarity,
-                           importance=row["importance"], verified=row["verified"])
+               similarity: float | None) -> dict[str, Any]:
+        return {"event": event, "memory_id": row["memory_id"], "kind": self.mode, "text": row["text"],
+                "source_task_id": row["source_task_id"], "similarity": similarity,
+                "importance": row["importance"], "verified": row["verified"]}

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from agents.base import TuningSet
 from agents.baseline import BaselineAgent
 
@@ -24,17 +22,6 @@ META_PROMPT = (
     "Write a new instruction, different from all of the above, that would score higher. "
     "Reply with the instruction only."
 )
-
-
-class PromptCandidate(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    step: int
-    prompt: str
-    tuning_score: float
-    tuning_tasks: int
-    selected: bool
-    protocol: str
 
 
 class OproAgent(BaselineAgent):
@@ -50,7 +37,7 @@ class OproAgent(BaselineAgent):
         self.meta_examples = meta_examples
         self.meta_prompt = meta_prompt
         self.protocol = "online"  # until prepare() has tuned
-        self._candidates: list[PromptCandidate] = []
+        self._candidates: list[dict[str, Any]] = []  # prompts rows (harness.records.PromptRow)
 
     async def prepare(self, tuning: TuningSet) -> None:
         self.protocol = "held_out" if tuning.held_out else "resubstitution"
@@ -68,11 +55,11 @@ class OproAgent(BaselineAgent):
                 history.append((proposal, await tuning.evaluate(proposal, n)))
         best = max(range(len(history)), key=lambda i: (history[i][1], -i))  # ties: the earlier prompt
         self.system_prompt = history[best][0]
-        self._candidates = [PromptCandidate(step=i, prompt=p, tuning_score=s, tuning_tasks=n,
-                                            selected=i == best, protocol=self.protocol)
+        self._candidates = [{"step": i, "prompt": p, "tuning_score": s, "tuning_tasks": n,
+                             "selected": i == best, "protocol": self.protocol}
                             for i, (p, s) in enumerate(history)]
 
-    def take_rows(self) -> dict[str, list[BaseModel]]:
+    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
         rows = super().take_rows()
         if self._candidates:
             rows["prompts"], self._candidates = list(self._candidates), []

@@ -32,17 +32,6 @@ TOOLGEN_PROMPT = (
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 
-class ToolEvent(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    event: Literal["registered", "rejected", "used", "failed"]
-    tool_id: str
-    family: str
-    code: str
-    output: str | None
-    error: str | None
-
-
 class Tool(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -85,7 +74,7 @@ class ToolLearningAgent(BaselineAgent):
         self.sandbox = Sandbox(**(sandbox or {}))
         self.tools: dict[str, Tool] = {}
         self._task: TaskView | None = None
-        self._events: list[ToolEvent] = []
+        self._events: list[dict[str, Any]] = []  # tool_events rows (harness.records.ToolEventRow)
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         self._task = trial.task
@@ -126,7 +115,7 @@ class ToolLearningAgent(BaselineAgent):
         self.tools[tool.family] = tool
         self._record("registered", tool, trial_run.value, None)
 
-    def take_rows(self) -> dict[str, list[BaseModel]]:
+    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
         rows = super().take_rows()
         if self._events:
             rows["tool_events"], self._events = list(self._events), []
@@ -134,6 +123,6 @@ class ToolLearningAgent(BaselineAgent):
 
     def _record(self, event: Literal["registered", "rejected", "used", "failed"], tool: Tool,
                 output: str | None, error: str | None) -> None:
-        self._events.append(ToolEvent(event=event, tool_id=tool.tool_id, family=tool.family,
-                                      code=tool.code[:4000], output=output[:500] if output else None,
-                                      error=error))
+        self._events.append({"event": event, "tool_id": tool.tool_id, "family": tool.family,
+                             "code": tool.code[:4000], "output": output[:500] if output else None,
+                             "error": error})

@@ -108,29 +108,37 @@ class Environment(abc.ABC):
 
 
 class SingleTurnEpisode(EnvEpisode):
-    """A question answered in one step and checked by exact match after normalisation."""
+    """A question answered in one step. By default the answer is the reply's first line (or the
+    task's `answer_pattern` group) and is checked by exact match after normalisation; environments
+    with their own checker override `extract` and `grade`."""
 
     def __init__(self, task: Task) -> None:
         super().__init__(task)
         self._response: str | None = None
+        self._score = 0.0
 
     @property
     def observation(self) -> str:
         return self._task.question
 
+    def extract(self, action: str) -> str:
+        return extract_answer(action, self._task.answer_pattern)
+
+    def grade(self, response: str) -> float:
+        accepted = {normalize(a) for a in (self._task.answer, *self._task.aliases)}
+        return float(normalize(response) in accepted)
+
     def step(self, action: str) -> StepResult:
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
-        self._response = extract_answer(action, self._task.answer_pattern)
+        self._response = self.extract(action)
+        self._score = self.grade(self._response)
         self.done = True
-        return StepResult(observation="", reward=self.score().score, done=True)
+        return StepResult(observation="", reward=self._score, done=True)
 
     def score(self) -> Score:
-        if self._response is None:
-            return Score(success=False, score=0.0, response=None)
-        accepted = {normalize(a) for a in (self._task.answer, *self._task.aliases)}
-        success = normalize(self._response) in accepted
-        return Score(success=success, score=float(success), response=self._response)
+        # Success means full marks; environments with partial credit report it in `score`.
+        return Score(success=self._score >= 1.0, score=self._score, response=self._response)
 
 
 _ANSWER_PREFIX = re.compile(r"^\s*(final answer|answer)\s*[:\-]\s*", re.IGNORECASE)

@@ -10,37 +10,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envs.base import EnvEpisode, Environment, Score, StepResult, Task
+from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task
 
 ANSWER_FORMAT = "Give your final answer between <answer> and </answer> tags."
 
 
-class ReasoningGymEpisode(EnvEpisode):
+class ReasoningGymEpisode(SingleTurnEpisode):
+    """Scored by the dataset's own `score_answer` (partial credit possible) on the text between
+    <answer> tags, or on the whole reply when it has none."""
+
     def __init__(self, task: Task, dataset: Any, entry: dict[str, Any]) -> None:
         super().__init__(task)
         self._dataset = dataset
         self._entry = entry
-        self._response: str | None = None
-        self._score = 0.0
 
-    @property
-    def observation(self) -> str:
-        return self._task.question
-
-    def step(self, action: str) -> StepResult:
+    def extract(self, action: str) -> str:
         from reasoning_gym.utils import extract_answer
 
-        if self.done:
-            raise RuntimeError(f"episode of task {self._task.task_id} is already done")
         tagged = extract_answer(action)
-        self._response = tagged if tagged is not None else action.strip()
-        self._score = float(self._dataset.score_answer(self._response, self._entry))
-        self.done = True
-        return StepResult(observation="", reward=self._score, done=True)
+        return tagged if tagged is not None else action.strip()
 
-    def score(self) -> Score:
-        # reasoning-gym gives partial credit for near misses; success means full marks.
-        return Score(success=self._score >= 1.0, score=self._score, response=self._response)
+    def grade(self, response: str) -> float:
+        return float(self._dataset.score_answer(response, self._entry))
 
 
 class ReasoningGym(Environment):

@@ -128,7 +128,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                        reflection=r.reflection).model_dump() for r in results])
         where = {"run_id": spec.run_id, "task_id": task.task_id, "stream_position": position}
         for table, events in agent.take_rows().items():
-            sink.append(table, [TABLES[table](**where, **e.model_dump()).model_dump() for e in events])
+            sink.append(table, [TABLES[table](**where, **row).model_dump() for row in events])
         sink.append(Episode.table, [episode.model_dump()])
     return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None)
 

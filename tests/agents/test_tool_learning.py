@@ -52,11 +52,11 @@ def test_a_tool_that_passes_its_sandboxed_trial_is_registered_and_used_on_the_ne
     llm = FakeModel({"toolgen": GOOD_TOOL, "act": "Lyon"})
     agent = ToolLearningAgent(llm=llm, tool_use="answer")
     rows = learn_from_failure(agent)
-    assert [e.event for e in rows["tool_events"]] == ["registered"]
-    assert rows["tool_events"][0].output == "Paris"
+    assert [e["event"] for e in rows["tool_events"]] == ["registered"]
+    assert rows["tool_events"][0]["output"] == "Paris"
     results = asyncio.run(agent.run_task(OneTaskTrial(FRANCE, llm)))
     assert results[-1].success and [p for p, _ in llm.calls] == ["toolgen"]  # no act call needed
-    assert [e.event for e in agent.take_rows()["tool_events"]] == ["used"]
+    assert [e["event"] for e in agent.take_rows()["tool_events"]] == ["used"]
 
 
 def test_as_a_hint_the_tool_result_goes_into_the_prompt():
@@ -76,7 +76,7 @@ def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
         agent = ToolLearningAgent(llm=FakeModel({"toolgen": code}), sandbox={"cpu_s": 1, "wall_s": 3})
         rows = learn_from_failure(agent)
         [event] = rows["tool_events"]
-        assert event.event == "rejected" and reason in event.error
+        assert event["event"] == "rejected" and reason in event["error"]
         assert agent.tools == {}
 
 
