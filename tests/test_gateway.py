@@ -15,7 +15,8 @@ KEY = {QUESTION: "Paris"}
 
 
 def gateway(*overrides: str) -> Gateway:
-    return Gateway([scripted_settings(*overrides).model], answer_key=KEY)
+    settings = scripted_settings(*overrides)
+    return Gateway([settings.model, settings.embedder], answer_key=KEY)
 
 
 def request(content: str = QUESTION, purpose: str = "act", system: str = "Be brief.") -> CallRequest:
@@ -92,3 +93,35 @@ def test_scripted_model_is_deterministic_and_learns_from_its_prompt():
     with_lesson = request(system="Lesson: the capital of France is Paris.").messages
     assert never.reply(with_lesson) == "Paris"
     assert never.reply(request("Something else").messages).startswith("Scripted reply")
+
+
+def embed_request(texts: list[str], model: str) -> CallRequest:
+    return CallRequest(kind="embed", model=model, texts=texts, purpose="embed", run_id="run-1",
+                       task_id="t", attempt=1)
+
+
+def test_hashing_embeddings_are_recorded_as_embed_calls():
+    gw = gateway()
+    result = asyncio.run(gw.call(embed_request(["capital of France", "capital of Spain"], "hashing/384")))
+    assert len(result.vectors) == 2 and len(result.vectors[0]) == 384
+    assert result.record.purpose == "embed" and result.record.model == "hashing/384"
+    assert result.record.prompt_tokens == 6 and result.record.completion_tokens == 0
+
+
+@pytest.mark.e2e
+def test_minilm_embeddings_are_real_batched_and_token_counted():
+    settings = scripted_settings("embedder=minilm")
+    gw = Gateway([settings.model, settings.embedder])
+
+    async def concurrent():
+        texts = [["What is the capital of France?"], ["What is the capital city of Spain?"],
+                 ["How many legs does a spider have?"]]
+        return await asyncio.gather(*(gw.call(embed_request(t, settings.embedder.name)) for t in texts))
+
+    france, spain, spider = asyncio.run(concurrent())
+    vectors = [r.vectors[0] for r in (france, spain, spider)]
+    assert all(len(v) == 384 and abs(sum(x * x for x in v) - 1) < 1e-3 for v in vectors)
+    cosine = [sum(a * b for a, b in zip(vectors[0], v, strict=True)) for v in vectors[1:]]
+    assert cosine[0] > cosine[1] + 0.2  # capitals are closer to each other than to spiders
+    assert france.record.model == "local/all-MiniLM-L6-v2" and france.record.prompt_tokens == 9
+    assert france.record.usage_source == "provider" and france.record.cost_usd == 0
