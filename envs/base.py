@@ -102,6 +102,11 @@ class Environment(abc.ABC):
     def tasks(self) -> list[Task]:
         """The evaluation pool, in a fixed order; streams are seeded samples of it."""
 
+    def tuning_tasks(self) -> list[Task]:
+        """An explicit tuning split, disjoint from `tasks()`; empty (the default) lets the harness
+        hold out `stream.tuning_size` tasks of the pool instead."""
+        return []
+
     @abc.abstractmethod
     def reset(self, task: Task) -> EnvEpisode:
         """Start an episode on `task`."""

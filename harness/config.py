@@ -107,12 +107,24 @@ class StreamSettings(_Strict):
     scenario: str = Field(min_length=1)
     num_tasks: int = Field(gt=0)
     tuning_size: int = Field(ge=0)
+    order_seeds: list[int] | None = Field(min_length=1)
+    probe_every: int = Field(ge=0)
+    probe_size: int = Field(gt=0)
 
     @field_validator("scenario")
     @classmethod
     def _known_scenario(cls, value: str) -> str:
-        if value != "sequential":
-            raise ValueError(f"unknown scenario {value!r}; available: sequential")
+        from harness.streams import SCENARIOS
+
+        if value not in SCENARIOS:
+            raise ValueError(f"unknown scenario {value!r}; available: {', '.join(SCENARIOS)}")
+        return value
+
+    @field_validator("order_seeds")
+    @classmethod
+    def _distinct_orders(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"order seeds must be distinct, got {value}")
         return value
 
 

@@ -87,7 +87,8 @@ class Gateway:
             prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text)
             cost = self._cost(settings, response, prompt_tokens, completion_tokens)
         record = LLMCall(
-            call_id=uuid.uuid4().hex, run_id=request.run_id, task_id=request.task_id,
+            call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
+            task_id=request.task_id,
             attempt=request.attempt, purpose=request.purpose, model=request.model,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens, usage_source=usage_source, cost_usd=cost,

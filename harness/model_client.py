@@ -28,6 +28,7 @@ class CallRequest(BaseModel):
     """Inputs of an embedding call."""
     purpose: Purpose
     run_id: str
+    episode_id: str | None = None
     task_id: str | None
     attempt: int
     params: dict[str, Any] = {}
@@ -78,11 +79,13 @@ class AgentModelClient:
         self.embedder = embedder
         self.run_id = run_id
         self.default_params = dict(default_params or {})
+        self.episode_id: str | None = None
         self.task_id: str | None = None
         self.attempt = 1
         self._records: list[LLMCall] = []
 
-    def start_episode(self, task_id: str) -> None:
+    def start_episode(self, episode_id: str, task_id: str) -> None:
+        self.episode_id = episode_id
         self.task_id = task_id
         self.attempt = 1
 
@@ -93,8 +96,8 @@ class AgentModelClient:
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion:
         request = CallRequest(model=self.model, messages=messages, purpose=purpose,
-                              run_id=self.run_id, task_id=self.task_id, attempt=self.attempt,
-                              params={**self.default_params, **params})
+                              run_id=self.run_id, episode_id=self.episode_id, task_id=self.task_id,
+                              attempt=self.attempt, params={**self.default_params, **params})
         result = await self._call(request)
         assert result.text is not None
         record = result.record
@@ -106,7 +109,8 @@ class AgentModelClient:
         if self.embedder is None:
             raise RuntimeError("this run has no embedder configured")
         request = CallRequest(kind="embed", model=self.embedder, texts=texts, purpose="embed",
-                              run_id=self.run_id, task_id=self.task_id, attempt=self.attempt)
+                              run_id=self.run_id, episode_id=self.episode_id, task_id=self.task_id,
+                              attempt=self.attempt)
         result = await self._call(request)
         assert result.vectors is not None
         return result.vectors

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.base import Environment, Task
 from harness.config import BudgetSettings, ConfigError, HarnessConfig
+from harness.streams import order_tasks, sample_tasks
 
 
 class AgentRunSpec(BaseModel):
@@ -28,7 +28,12 @@ class AgentRunSpec(BaseModel):
     env: str
     env_cfg: dict[str, Any]
     scenario: str
+    order_seed: int
     tasks: list[Task]
+    """The stream, in order."""
+    probe_every: int
+    """Every this many tasks, replay the first `probe_size` tasks of the stream (0: never)."""
+    probe_size: int
     tuning_tasks: list[Task]
     """Held-out tasks for variants that tune (OPRO), disjoint from every stream; may be empty."""
     model: str
@@ -37,6 +42,17 @@ class AgentRunSpec(BaseModel):
     budget: BudgetSettings
     workdir: str
     """Directory for the agent's own files (its memory table)."""
+
+
+def probe_points(spec: AgentRunSpec) -> set[int]:
+    """Stream positions after which the probe set is replayed."""
+    if not spec.probe_every:
+        return set()
+    return {p for p in range(len(spec.tasks)) if (p + 1) % spec.probe_every == 0}
+
+
+def expected_episodes(spec: AgentRunSpec) -> int:
+    return len(spec.tasks) + len(probe_points(spec)) * spec.probe_size
 
 
 def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwargs: Any) -> Any:
@@ -78,32 +94,47 @@ def check_disjoint(tuning: list[Task], evaluation: list[Task]) -> None:
               or {t.question for t in tuning} & {t.question for t in evaluation})
     if shared:
         example = sorted(shared)[0]
-        raise ConfigError(f"invalid config: stream.tuning_size: the tuning split overlaps the evaluation "
-                          f"pool ({len(shared)} shared, e.g. {example[:80]!r})")
+        raise ConfigError(f"invalid config: tuning split: it overlaps the evaluation pool "
+                          f"({len(shared)} shared, e.g. {example[:80]!r})")
 
 
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
+    stream = settings.stream
     env_cfg = settings.env.instantiable()
-    pool = build_environment(env_cfg).tasks()
-    tuning, pool = split_tuning(pool, settings.stream.tuning_size)
-    wanted = settings.stream.num_tasks
+    env = build_environment(env_cfg)
+    pool = env.tasks()
+    tuning = env.tuning_tasks()
+    if tuning:
+        check_disjoint(tuning, pool)
+    else:
+        tuning, pool = split_tuning(pool, stream.tuning_size)
+    wanted = stream.num_tasks
     if wanted > len(pool):
         held = f" after the {len(tuning)} held out for tuning" if tuning else ""
         raise ConfigError(f"invalid config: stream.num_tasks: {wanted} exceeds the {len(pool)} tasks "
                           f"env {settings.env.name!r} has{held}")
+    if stream.scenario == "interleaved" and len({t.family for t in pool}) < 2:
+        raise ConfigError("invalid config: stream.scenario: interleaved needs an env with several task "
+                          "families (e.g. env.families=[capital,region,demonym])")
+    if stream.probe_every and stream.probe_size > wanted:
+        raise ConfigError(f"invalid config: stream.probe_size: {stream.probe_size} exceeds the stream's "
+                          f"{wanted} tasks")
     specs = []
     for seed in settings.seeds:
-        tasks = random.Random(seed).sample(pool, wanted)
-        identity = {"variant": settings.variant.model_dump(by_alias=True),
-                    "env": settings.env.model_dump(by_alias=True), "stream": settings.stream.model_dump(),
-                    "model": settings.model.name, "params": settings.model.params,
-                    "embedder": settings.embedder.name, "budget": settings.budget.model_dump(), "seed": seed}
-        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
-        specs.append(AgentRunSpec(
-            run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-{digest}",
-            variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
-            env=settings.env.name, env_cfg=env_cfg, scenario=settings.stream.scenario, tasks=tasks,
-            tuning_tasks=tuning,
-            model=settings.model.name, model_params=settings.model.params,
-            embedder=settings.embedder.name, budget=settings.budget, workdir=str(run_dir)))
+        task_set = sample_tasks(pool, wanted, seed)
+        for order_seed in stream.order_seeds or [seed]:
+            identity = {"variant": settings.variant.model_dump(by_alias=True),
+                        "env": settings.env.model_dump(by_alias=True), "stream": stream.model_dump(),
+                        "model": settings.model.name, "params": settings.model.params,
+                        "embedder": settings.embedder.name, "budget": settings.budget.model_dump(),
+                        "seed": seed, "order_seed": order_seed}
+            digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+            specs.append(AgentRunSpec(
+                run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-o{order_seed}-{digest}",
+                variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
+                env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
+                tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
+                probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
+                model_params=settings.model.params, embedder=settings.embedder.name,
+                budget=settings.budget, workdir=str(run_dir)))
     return specs

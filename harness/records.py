@@ -72,6 +72,8 @@ class LLMCall(Record):
     """Unique id of this call (uuid4 hex)."""
     run_id: str
     """Agent run that made the call (one variant x seed x env x model stream)."""
+    episode_id: str | None
+    """Episode the call belongs to (see episodes.episode_id); null for calls outside any episode."""
     task_id: str | None
     """Task being worked on when the call was made; null for calls outside any task."""
     attempt: int
@@ -109,6 +111,8 @@ class Episode(Record):
 
     table: ClassVar[str] = "episodes"
 
+    episode_id: str
+    """Unique, deterministic id: `<run_id>/<stream_position>`, plus `/probe<i>` for replay probes."""
     run_id: str
     """Agent run (one variant x seed x env x model stream); the same config and seed give the same id."""
     variant: str
@@ -120,9 +124,13 @@ class Episode(Record):
     family: str
     """Task family inside the environment (e.g. capital, demonym)."""
     scenario: str
-    """Stream scenario: how tasks follow each other for one agent (e.g. sequential)."""
+    """Stream scenario: sequential, interleaved or isolated (a fresh agent for every task)."""
+    order_seed: int
+    """Seed of the stream's order (the run's seed unless stream.order_seeds lists several)."""
     stream_position: int
-    """0-based position of the task in this agent run's stream."""
+    """0-based position of the task in this agent run's stream (for a probe: the task it followed)."""
+    probe: bool
+    """True for a replay probe: an earlier task re-run to measure forgetting, not learnt from."""
     task_id: str
     """Stable id of the task within its environment."""
     question: str
@@ -183,6 +191,8 @@ class AttemptRow(Record):
 
     run_id: str
     """Agent run that made the attempt."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
     task_id: str
     """Task attempted."""
     stream_position: int
@@ -213,6 +223,8 @@ class MemoryEventRow(Record):
 
     run_id: str
     """Agent run whose memory it is (each run has its own table: nothing is shared between runs)."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
     task_id: str
     """Task being worked on when it happened (retrievals: the task the item was recalled for)."""
     stream_position: int
@@ -242,6 +254,8 @@ class PromptRow(Record):
 
     run_id: str
     """Agent run that optimised."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
     task_id: str
     """Task during which it optimised (the first of its stream: optimisation is charged there)."""
     stream_position: int
@@ -267,6 +281,8 @@ class ToolEventRow(Record):
 
     run_id: str
     """Agent run that owns the tool (tools are never shared between runs)."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
     task_id: str
     """Task during which it happened."""
     stream_position: int

@@ -28,7 +28,7 @@ from harness.actors import AgentWorker, GatewayActor
 from harness.config import HarnessConfig, RaySettings
 from harness.model_client import AgentModelClient
 from harness.model_server import LocalModelServer
-from harness.plan import AgentRunSpec, build_plan
+from harness.plan import AgentRunSpec, build_plan, expected_episodes
 from harness.records import TABLES, AgentRunInfo, Episode, Manifest
 from harness.runner import RunOutcome, build_agent
 from harness.summary import count_rows, format_summary, read_table, summarize
@@ -114,7 +114,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     assignments = [specs[i::n_workers] for i in range(n_workers)]
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
-    total = sum(len(s.tasks) for s in specs)
+    total = sum(expected_episodes(s) for s in specs)
     try:
         with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
             while pending:

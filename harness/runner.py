@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
-from harness.plan import AgentRunSpec, instantiate_component
+from harness.plan import AgentRunSpec, instantiate_component, probe_points
 from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
 
 
@@ -95,54 +95,80 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder)
+    episodes = EpisodeRunner(spec, env, llm, sink)
     agent = build_agent(spec, llm)
-    spent = Usage()
+    probes = probe_points(spec)
     for position, task in enumerate(spec.tasks):
-        stop = budget_exhausted(spec, spent)
+        stop = budget_exhausted(spec, episodes.spent)
         if stop is not None:
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop)
-        llm.start_episode(task.task_id)
+        if spec.scenario == "isolated" and position > 0:
+            agent = build_agent(spec, llm)  # a fresh agent: nothing learnt is carried over
+        await episodes.run(agent, task, position, prepare=position == 0 or spec.scenario == "isolated")
+        if position in probes:
+            for i, probe in enumerate(spec.tasks[: spec.probe_size]):
+                await episodes.run(agent, probe, position, probe_index=i)
+    return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None)
+
+
+class EpisodeRunner:
+    """Runs one episode of an agent run and writes everything it produced."""
+
+    def __init__(self, spec: AgentRunSpec, env: Environment, llm: AgentModelClient, sink: RecordSink) -> None:
+        self.spec = spec
+        self.env = env
+        self.llm = llm
+        self.sink = sink
+        self.spent = Usage()
+
+    async def run(self, agent: Agent, task: Task, position: int, prepare: bool = False,
+                  probe_index: int | None = None) -> None:
+        spec, llm = self.spec, self.llm
+        probe = probe_index is not None
+        episode_id = f"{spec.run_id}/{position}" + (f"/probe{probe_index}" if probe else "")
+        llm.start_episode(episode_id, task.task_id)
         started_at, clock = _now(), time.perf_counter()
-        trial = EnvTrial(task, env, llm)
+        trial = EnvTrial(task, self.env, llm)
         results: list[AttemptResult] = []
         error: str | None = None
         try:
-            if position == 0:
-                await agent.prepare(EnvTuningSet(spec.tuning_tasks or spec.tasks, bool(spec.tuning_tasks),
-                                                 env, llm))
+            if prepare:
+                tuning = spec.tuning_tasks or spec.tasks
+                await agent.prepare(EnvTuningSet(tuning, bool(spec.tuning_tasks), self.env, llm))
             results = await agent.run_task(trial)
-            await agent.learn(Feedback(task=trial.task, attempts=results))
+            if not probe:  # probes measure what the agent kept; they must not teach it
+                await agent.learn(Feedback(task=trial.task, attempts=results))
         except ModelCallError as failure:
             error = str(failure)
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run
             error = f"{type(failure).__name__}: {failure}"
         calls = llm.take_records()
-        spent = spent + _sum_usage(calls)
-        episode = _episode_record(spec, agent, task, position, results, calls, error, started_at,
-                                  time.perf_counter() - clock)
-        sink.append(LLMCall.table, [call.model_dump() for call in calls])
-        sink.append(AttemptRow.table, [
-            AttemptRow(run_id=spec.run_id, task_id=task.task_id, stream_position=position,
-                       attempt=r.number, response=r.response, success=r.success, score=r.score,
+        self.spent = self.spent + _sum_usage(calls)
+        episode = _episode_record(spec, agent, task, episode_id, position, probe, results, calls, error,
+                                  started_at, time.perf_counter() - clock)
+        where = {"run_id": spec.run_id, "episode_id": episode_id, "task_id": task.task_id,
+                 "stream_position": position}
+        self.sink.append(LLMCall.table, [call.model_dump() for call in calls])
+        self.sink.append(AttemptRow.table, [
+            AttemptRow(**where, attempt=r.number, response=r.response, success=r.success, score=r.score,
                        judge_score=r.judge_score, reward=r.reward, steps=r.steps,
                        reflection=r.reflection).model_dump() for r in results])
-        where = {"run_id": spec.run_id, "task_id": task.task_id, "stream_position": position}
-        for table, events in agent.take_rows().items():
-            sink.append(table, [TABLES[table](**where, **row).model_dump() for row in events])
-        sink.append(Episode.table, [episode.model_dump()])
-    return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None)
+        for table, rows in agent.take_rows().items():
+            self.sink.append(table, [TABLES[table](**where, **row).model_dump() for row in rows])
+        self.sink.append(Episode.table, [episode.model_dump()])
 
 
-def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, position: int,
-                    results: list[AttemptResult], calls: list[LLMCall], error: str | None,
+def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: str, position: int,
+                    probe: bool, results: list[AttemptResult], calls: list[LLMCall], error: str | None,
                     started_at: dt.datetime, latency_s: float) -> Episode:
     final = results[-1] if results else None
     usage = _sum_usage(calls)
     act = _sum_usage([c for c in calls if c.purpose == "act"])
     overhead = _sum_usage([c for c in calls if c.purpose != "act"])
     return Episode(
-        run_id=spec.run_id, variant=spec.variant, seed=spec.seed, env=spec.env, family=task.family,
-        scenario=spec.scenario, stream_position=position, task_id=task.task_id,
+        episode_id=episode_id, run_id=spec.run_id, variant=spec.variant, seed=spec.seed, env=spec.env,
+        family=task.family, scenario=spec.scenario, order_seed=spec.order_seed, stream_position=position,
+        probe=probe, task_id=task.task_id,
         question=task.question, reference=task.answer,
         response=final.response if final else None, success=final.success if final else False,
         score=final.score if final else 0.0, judge_score=final.judge_score if final else None,

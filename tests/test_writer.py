@@ -12,8 +12,9 @@ from harness.writer import TableWriter
 
 
 def call_row(i: int) -> dict:
-    return LLMCall(call_id=f"c{i}", run_id="r", task_id=f"t{i}", attempt=1, purpose="act",
-                   model="scripted/oracle", prompt_tokens=10, completion_tokens=2, total_tokens=12,
+    return LLMCall(call_id=f"c{i}", run_id="r", episode_id=f"r/{i}", task_id=f"t{i}", attempt=1,
+                   purpose="act", model="scripted/oracle", prompt_tokens=10, completion_tokens=2,
+                   total_tokens=12,
                    usage_source="provider", cost_usd=0.0, latency_s=0.1, queued_s=0.0, retries=0,
                    cached=False, error=None, started_at=dt.datetime.now(dt.UTC)).model_dump()
 
