@@ -7,6 +7,7 @@ field below is required unless absence has a meaning of its own.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -35,6 +36,15 @@ class Component(BaseModel):
     def instantiable(self) -> dict[str, Any]:
         """The dict `hydra.utils.instantiate` takes: target and kwargs, without the name."""
         return {"_target_": self.target, **self.kwargs()}
+
+    @model_validator(mode="after")
+    def _absolute_paths(self) -> Component:
+        """Options named `path` or `*_path`/`*_dir` are read from where the run was started, also by
+        Ray workers that run elsewhere: make them absolute here, once."""
+        for key, value in (self.model_extra or {}).items():
+            if (key == "path" or key.endswith(("_path", "_dir"))) and isinstance(value, str) and value:
+                self.model_extra[key] = str(Path(value).expanduser().resolve())  # type: ignore[index]
+        return self
 
 
 class Price(_Strict):
