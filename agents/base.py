@@ -101,7 +101,7 @@ class Agent(abc.ABC):
     def __init__(self, llm: ModelClient, seed: int = 0, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  max_steps: int = 1, max_attempts: int = 1, reward_source: RewardSource = "truth",
                  judge: dict[str, str] | None = None, memory: dict[str, Any] | None = None,
-                 workdir: str | None = None, run_id: str = "agent") -> None:
+                 history_window: int = 4, workdir: str | None = None, run_id: str = "agent") -> None:
         if max_steps < 1:
             raise ValueError(f"variant.max_steps must be >= 1, got {max_steps}")
         if max_attempts < 1:
@@ -116,6 +116,8 @@ class Agent(abc.ABC):
         """Number of the attempt in progress (1-based), for variants that vary their sampling."""
         self.system_prompt = system_prompt
         self.max_steps = max_steps
+        self.history_window = history_window
+        self._steps: list[dict[str, Any]] = []
         self.max_attempts = max_attempts
         self.reward_source = reward_source
         self.judge = Judge(llm, **judge) if judge is not None else None
@@ -167,7 +169,12 @@ class Agent(abc.ABC):
         """Rows the last task produced for the harness's tables, by table name. The runner adds
         run_id, task_id and stream_position and validates each row against its record model in
         harness/records.py, the one place the columns are defined."""
-        return {"memory_events": self.memory.take_events()} if self.memory is not None else {}
+        rows: dict[str, list[dict[str, Any]]] = {}
+        if self.memory is not None:
+            rows["memory_events"] = self.memory.take_events()
+        if self._steps:
+            rows["steps"], self._steps = self._steps, []
+        return rows
 
     async def assess(self, task: TaskView, episode: EnvEpisode, attempt: Attempt, number: int,
                      reflection: str | None) -> AttemptResult:
@@ -195,14 +202,25 @@ class Agent(abc.ABC):
         return [{"role": "system", "content": system}, *examples, {"role": "user", "content": observation}]
 
     async def act(self, episode: EnvEpisode, messages: list[Message], **params: Any) -> Attempt:
-        """The plain acting loop: send, step the environment with the reply, repeat until done."""
+        """The plain acting loop: send, step the environment with the reply, repeat until done.
+        In multi-step environments the prompt keeps the first messages and the last
+        `history_window` exchanges, and every step is recorded for the steps table."""
         output: str | None = None
         steps = 0
+        opening, exchanges = messages, []
         while not episode.done and steps < self.max_steps:
-            completion = await self.llm.complete(messages, purpose="act", **params)
+            window = exchanges[-2 * self.history_window:] if self.history_window else []
+            completion = await self.llm.complete([*opening, *window], purpose="act", **params)
             output = completion.text
             result = episode.step(output)
             steps += 1
-            messages = [*messages, {"role": "assistant", "content": output},
-                        {"role": "user", "content": result.observation}]
+            exchanges += [{"role": "assistant", "content": output},
+                          {"role": "user", "content": result.observation}]
+            if episode.multi_step:
+                self._steps.append({
+                    "attempt": self.attempt, "step": steps, "action": output,
+                    "observation": result.observation[:1000], "observation_chars": len(result.observation),
+                    "reward": result.reward, "done": result.done,
+                    "prompt_tokens": completion.usage.prompt_tokens,
+                    "completion_tokens": completion.usage.completion_tokens})
         return Attempt(final_output=output, steps=steps)

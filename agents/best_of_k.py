@@ -24,13 +24,13 @@ class BestOfKAgent(Agent):
             raise ValueError(f"variant.select must be majority or judge, got {select!r}")
         if select == "judge" and self.judge is None:
             raise ValueError("variant.select=judge needs a variant.judge section")
-        if self.max_steps != 1:
-            raise ValueError("best_of_k works on single-turn environments only (variant.max_steps=1)")
         self.k = k
         self.temperature = temperature
         self.select = select
 
     async def solve(self, episode: EnvEpisode) -> Attempt:
+        if episode.multi_step:
+            raise ValueError("best_of_k works on single-turn environments only")
         messages = self.messages_for(episode.observation)
         completions = await asyncio.gather(*(
             self.llm.complete(messages, purpose="act", **self.sampling(self.temperature, draw))

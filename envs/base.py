@@ -75,6 +75,9 @@ class EnvEpisode(abc.ABC):
     The task (with its reference) stays private to the episode: agents get only what they observe.
     """
 
+    multi_step = False
+    """True for environments that take several actions per episode (their steps are recorded)."""
+
     def __init__(self, task: Task) -> None:
         self._task = task
         self.done = False
@@ -92,6 +95,9 @@ class EnvEpisode(abc.ABC):
     def score(self) -> Score:
         """The checker's verdict on the episode so far."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the episode holds (a game interpreter, say)."""
+
 
 class Environment(abc.ABC):
     """A family of tasks behind one protocol. Subclasses are built with `hydra.utils.instantiate`."""
@@ -101,6 +107,9 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def tasks(self) -> list[Task]:
         """The evaluation pool, in a fixed order; streams are seeded samples of it."""
+
+    def setup(self, tasks: list[Task]) -> None:  # noqa: B027 - optional hook
+        """Build what these tasks need (games, generators) before any episode; timed as set-up."""
 
     def tuning_tasks(self) -> list[Task]:
         """An explicit tuning split, disjoint from `tasks()`; empty (the default) lets the harness

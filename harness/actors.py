@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import ray
+from pydantic import BaseModel
 
 from envs.base import Environment
 from harness.model_client import CallRequest, CallResult
@@ -58,6 +60,12 @@ class ActorSink:
         await asyncio.gather(*pending)
 
 
+class WorkerReport(BaseModel):
+    outcomes: list[RunOutcome]
+    env_setup_s: dict[str, float]
+    """Seconds this worker spent building each environment and its tasks' resources."""
+
+
 class AgentWorker:
     def __init__(self, gateway: ray.actor.ActorHandle, writer: ray.actor.ActorHandle) -> None:
         self.gateway = ActorGatewayLink(gateway)
@@ -70,10 +78,21 @@ class AgentWorker:
             self._environments[key] = build_environment(env_cfg)
         return self._environments[key]
 
-    async def run(self, specs: list[AgentRunSpec]) -> list[RunOutcome]:
+    def setup(self, specs: list[AgentRunSpec]) -> dict[str, float]:
+        """Build each environment once and everything its tasks need; seconds per env."""
+        seconds: dict[str, float] = {}
+        for spec in specs:
+            clock = time.perf_counter()
+            env = self._environment(spec.env_cfg)
+            env.setup([*spec.tasks, *spec.tuning_tasks])
+            seconds[spec.env] = seconds.get(spec.env, 0.0) + time.perf_counter() - clock
+        return seconds
+
+    async def run(self, specs: list[AgentRunSpec]) -> WorkerReport:
+        setup_s = await asyncio.to_thread(self.setup, specs)
         try:
-            return list(await asyncio.gather(
-                *(run_agent(spec, self._environment(spec.env_cfg), self.gateway, self.sink)
-                  for spec in specs)))
+            outcomes = await asyncio.gather(*(
+                run_agent(spec, self._environment(spec.env_cfg), self.gateway, self.sink) for spec in specs))
         finally:
             await self.sink.drain()
+        return WorkerReport(outcomes=list(outcomes), env_setup_s=setup_s)

@@ -216,6 +216,39 @@ class AttemptRow(Record):
     """Reflection carried into this attempt from the previous failed one (unverified model text)."""
 
 
+class StepRow(Record):
+    """One action in a multi-step environment (TextWorld): what the agent did and what it saw."""
+
+    table: ClassVar[str] = "steps"
+
+    run_id: str
+    """Agent run."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
+    task_id: str
+    """Task (game) being played."""
+    stream_position: int
+    """Position of the task in the stream."""
+    attempt: int
+    """Attempt number within the episode."""
+    step: int
+    """1-based action number within the attempt."""
+    action: str
+    """The model's reply, sent to the environment as the action."""
+    observation: str
+    """What the environment answered (first 1,000 characters)."""
+    observation_chars: int
+    """Full length of the observation, in characters."""
+    reward: float
+    """Score gained by this action."""
+    done: bool
+    """Whether the episode ended with this action."""
+    prompt_tokens: int
+    """Prompt tokens of the act call that chose this action."""
+    completion_tokens: int
+    """Completion tokens of that call; over an episode, steps add up to its act tokens."""
+
+
 class MemoryEventRow(Record):
     """One thing an agent's memory did: an item inserted, retrieved for a task, or evicted."""
 
@@ -302,8 +335,8 @@ class ToolEventRow(Record):
     """Why it was rejected or failed: bad code, or the sandbox limit it broke."""
 
 
-TABLES: dict[str, type[Record]] = {model.table: model for model in (Episode, AttemptRow, LLMCall,
-                                                                    MemoryEventRow, PromptRow, ToolEventRow)}
+TABLES: dict[str, type[Record]] = {model.table: model for model in (
+    Episode, AttemptRow, StepRow, LLMCall, MemoryEventRow, PromptRow, ToolEventRow)}
 
 
 class AgentRunInfo(BaseModel):
@@ -337,6 +370,8 @@ class Manifest(BaseModel):
     agent_runs: list[AgentRunInfo]
     tables: dict[str, int] = {}
     """Rows written per table."""
+    env_setup_s: dict[str, list[float]] = {}
+    """Seconds each worker spent building each environment (games, generators), apart from episodes."""
     config: dict[str, Any]
     """The resolved Hydra config of the job."""
 

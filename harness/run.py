@@ -75,7 +75,7 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
             manifest.ray_address, manifest.dashboard_url = stack.enter_context(_ray_session(settings.ray))
             if manifest.dashboard_url:
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
-            outcomes = _execute(settings, specs, run_dir, api_bases, stack)
+            outcomes = _execute(settings, specs, run_dir, api_bases, stack, manifest.env_setup_s)
         manifest.status = "finished"
     except KeyboardInterrupt:
         manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -98,7 +98,8 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
 
 
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-             api_bases: dict[str, str], stack: contextlib.ExitStack) -> list[RunOutcome]:
+             api_bases: dict[str, str], stack: contextlib.ExitStack,
+             env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
     answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
                   if settings.model.is_scripted else None)
     gateway = ray.remote(num_cpus=0)(GatewayActor).remote(
@@ -120,11 +121,14 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
             while pending:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
                 bar.update(ray.get(writer.poll.remote())[Episode.table] - bar.n)
-        outcomes = [o for batch in ray.get(refs) for o in batch]
+        reports = ray.get(refs)
     finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before its actor is killed.
         ray.get(writer.close.remote(), timeout=30)
-    return outcomes
+    for report in reports:
+        for env, seconds in report.env_setup_s.items():
+            env_setup_s.setdefault(env, []).append(seconds)
+    return [o for report in reports for o in report.outcomes]
 
 
 @contextlib.contextmanager

@@ -42,11 +42,18 @@ class EnvTrial(Trial):
         self.env = env
         self.llm = llm
         self.attempts_started = 0
+        self._episodes: list[EnvEpisode] = []
 
     def start_attempt(self) -> EnvEpisode:
         self.attempts_started += 1
         self.llm.attempt = self.attempts_started
-        return self.env.reset(self._task)
+        episode = self.env.reset(self._task)
+        self._episodes.append(episode)
+        return episode
+
+    def close(self) -> None:
+        for episode in self._episodes:
+            episode.close()
 
 
 class EnvTuningSet(TuningSet):
@@ -64,8 +71,11 @@ class EnvTuningSet(TuningSet):
             episode = self.env.reset(task)
             messages = [{"role": "system", "content": system_prompt},
                         {"role": "user", "content": episode.observation}]
-            episode.step((await self.llm.complete(messages, purpose="optimize")).text)
-            return float(episode.score().success)
+            try:
+                episode.step((await self.llm.complete(messages, purpose="optimize")).text)
+                return float(episode.score().success)
+            finally:
+                episode.close()
 
         scores = await asyncio.gather(*(one(t) for t in tasks))
         return sum(scores) / len(scores) if scores else 0.0
@@ -142,6 +152,8 @@ class EpisodeRunner:
             error = str(failure)
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run
             error = f"{type(failure).__name__}: {failure}"
+        finally:
+            trial.close()
         calls = llm.take_records()
         self.spent = self.spent + _sum_usage(calls)
         episode = _episode_record(spec, agent, task, episode_id, position, probe, results, calls, error,
