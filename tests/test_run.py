@@ -67,6 +67,7 @@ def test_manifest_records_what_ran_and_how_it_ended(finished_run):
     assert manifest["packages"]["ray"] and manifest["packages"]["litellm"]
     assert [r["episodes"] for r in manifest["agent_runs"]] == [6, 6, 6]
     assert manifest["started_at"] < manifest["finished_at"]
+    assert manifest["env_setup_s"]["countries"] and all(s > 0 for s in manifest["env_setup_s"]["countries"])
     assert manifest["config"]["model"]["name"] == "scripted/oracle"
 
 
