@@ -62,7 +62,8 @@ def check_tool_code(code: str) -> str | None:
 class ToolLearningAgent(BaselineAgent):
     def __init__(self, *args: Any, tool_use: Literal["hint", "answer"] = "hint",
                  generate_on: Literal["failure", "always"] = "failure", toolgen_prompt: str = TOOLGEN_PROMPT,
-                 sandbox: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 toolgen_max_tokens: int = 512, sandbox: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if tool_use not in ("hint", "answer"):
             raise ValueError(f"variant.tool_use must be hint or answer, got {tool_use!r}")
@@ -71,6 +72,7 @@ class ToolLearningAgent(BaselineAgent):
         self.tool_use = tool_use
         self.generate_on = generate_on
         self.toolgen_prompt = toolgen_prompt
+        self.toolgen_max_tokens = toolgen_max_tokens
         self.sandbox = Sandbox(**(sandbox or {}))
         self.tools: dict[str, Tool] = {}
         self._task: TaskView | None = None
@@ -101,7 +103,8 @@ class ToolLearningAgent(BaselineAgent):
         final = feedback.final
         note = (f"An earlier answer, {final.response!r}, was judged wrong." if not final.rewarded else "")
         prompt = self.toolgen_prompt.format(question=feedback.task.question, feedback=note)
-        completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="toolgen")
+        completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="toolgen",
+                                             max_tokens=self.toolgen_max_tokens)
         tool = Tool(tool_id=uuid.uuid4().hex[:12], family=feedback.task.family,
                     code=extract_code(completion.text))
         problem = check_tool_code(tool.code)
