@@ -1,0 +1,266 @@
+"""`python -m harness.report <run or sweep dir> [...]`: compare variants at equal spend.
+
+Reads the episodes and llm_calls tables of every run directory below the given paths (finished,
+partial or still running) and writes `report.md` and PNG plots into the first path (or `--out`):
+- per variant (and env and scenario, when there are several): success rate with a 95% bootstrap
+  confidence interval over all its evaluated episodes (seeds and tasks together; scipy's
+  `bootstrap`, BCa), act and overhead tokens, overhead share, dollars, p50/p95 episode latency,
+  protocol and model;
+- accuracy at matched spend: each variant's success rate over the episodes finished within the
+  largest cumulative token spend that every compared agent run reached;
+- a cost-accuracy plot with the Pareto frontier, learning curves (rolling success by stream
+  position, a band over seeds), and, when the data has them, forgetting on replay probes, the
+  judge-vs-truth gap, and the spread over stream orders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from harness.summary import read_table
+
+GROUP_KEYS = ("variant", "env", "scenario")
+
+
+class ReportError(ValueError):
+    pass
+
+
+def find_run_dirs(paths: list[Path]) -> list[Path]:
+    runs: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            raise ReportError(f"{path}: no such directory")
+        found = sorted({p.parent.parent for p in path.rglob("episodes/*.parquet")})
+        if not found:
+            raise ReportError(f"{path}: holds no harness tables (no episodes/*.parquet below it)")
+        runs += found
+    return runs
+
+
+def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
+    episodes = pl.concat([read_table(r, "episodes") for r in runs], how="diagonal_relaxed")
+    calls = pl.concat([read_table(r, "llm_calls") for r in runs], how="diagonal_relaxed")
+    status = []
+    for run in runs:
+        manifest_path = run / "manifest.json"
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
+        done = read_table(run, "episodes").filter(~pl.col("probe")).height
+        status.append({"run_dir": str(run), "status": manifest.get("status", "unknown"),
+                       "episodes": done, "expected": expected})
+    return episodes, calls, status
+
+
+def bootstrap_ci(successes: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    from scipy.stats import bootstrap
+
+    if len(successes) < 2 or successes.min() == successes.max():
+        value = float(successes.mean()) if len(successes) else float("nan")
+        return value, value
+    result = bootstrap((successes,), np.mean, confidence_level=0.95, n_resamples=2000,
+                       method="BCa", random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def group_keys(episodes: pl.DataFrame) -> list[str]:
+    """Variant always; env and scenario only when they vary."""
+    return ["variant", *[k for k in GROUP_KEYS[1:] if episodes[k].n_unique() > 1]]
+
+
+def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
+    evaluated = episodes.filter(~pl.col("probe"))
+    keys = group_keys(evaluated)
+    table = (evaluated.group_by(keys).agg(
+        seeds=pl.col("seed").n_unique(), episodes=pl.len(), success_rate=pl.col("success").mean(),
+        act_tokens=pl.col("act_tokens").sum(), overhead_tokens=pl.col("overhead_tokens").sum(),
+        cost_usd=pl.col("cost_usd").sum(), p50_latency_s=pl.col("latency_s").quantile(0.5),
+        p95_latency_s=pl.col("latency_s").quantile(0.95),
+        protocol=pl.col("protocol").unique().sort().str.join("/"),
+        model=pl.col("model").unique().sort().str.join(","),
+    ).with_columns(overhead_share=pl.col("overhead_tokens")
+                   / (pl.col("act_tokens") + pl.col("overhead_tokens"))).sort(keys))
+    lows, highs = [], []
+    for row in table.iter_rows(named=True):
+        mask = pl.all_horizontal([pl.col(k) == row[k] for k in keys])
+        low, high = bootstrap_ci(evaluated.filter(mask)["success"].cast(pl.Float64).to_numpy())
+        lows.append(low)
+        highs.append(high)
+    return table.with_columns(ci_low=pl.Series(lows), ci_high=pl.Series(highs))
+
+
+def matched_spend(episodes: pl.DataFrame) -> tuple[int, pl.DataFrame]:
+    """Success of each variant over the episodes finished within the largest cumulative token spend
+    that every agent run reached (the smallest of the runs' total spends)."""
+    evaluated = (episodes.sort("run_id", "stream_position", "probe")
+                 .with_columns(cumulative_tokens=pl.col("total_tokens").cum_sum().over("run_id")))
+    totals = evaluated.group_by("run_id").agg(pl.col("cumulative_tokens").max())
+    budget = int(totals["cumulative_tokens"].min())
+    within = evaluated.filter(~pl.col("probe") & (pl.col("cumulative_tokens") <= budget))
+    keys = group_keys(within) if within.height else ["variant"]
+    rows = []
+    for group, frame in within.group_by(keys, maintain_order=True):
+        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
+        rows.append({**dict(zip(keys, group, strict=True)), "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+    return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both cost (lower) and accuracy (higher)."""
+    front = []
+    for i, (cost, accuracy) in enumerate(points):
+        dominated = any(c <= cost and a >= accuracy and (c, a) != (cost, accuracy) for c, a in points)
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [" / ".join(str(row[k]) for k in table.columns[: table.columns.index("seeds")])
+              for row in table.iter_rows(named=True)]
+    tokens = (table["act_tokens"] + table["overhead_tokens"]) / table["episodes"]
+    points = list(zip(tokens.to_list(), table["success_rate"].to_list(), strict=True))
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    err = np.array([table["success_rate"] - table["ci_low"], table["ci_high"] - table["success_rate"]])
+    ax.errorbar(tokens, table["success_rate"], yerr=err, fmt="o", capsize=3)
+    for (x, y), label in zip(points, labels, strict=True):
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    frontier = sorted(points[i] for i in front)
+    ax.plot([p[0] for p in frontier], [p[1] for p in frontier], "--o", color="tab:red", mfc="none",
+            markersize=12, label="Pareto frontier")
+    ax.set_xlabel("tokens per episode (act + overhead)")
+    ax.set_ylabel("success rate (95% CI)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    evaluated = episodes.filter(~pl.col("probe")).sort("stream_position")
+    for (variant,), frame in evaluated.group_by(["variant"], maintain_order=True):
+        curves = []
+        for (_,), run in frame.group_by(["run_id"]):
+            success = run.sort("stream_position")["success"].cast(pl.Float64)
+            curves.append(success.rolling_mean(window_size=window, min_samples=1).to_numpy())
+        length = min(len(c) for c in curves)
+        stacked = np.vstack([c[:length] for c in curves])
+        mean = stacked.mean(axis=0)
+        ax.plot(np.arange(length), mean, label=f"{variant} ({len(curves)} runs)")
+        if len(curves) > 1:
+            ax.fill_between(np.arange(length), stacked.min(axis=0), stacked.max(axis=0), alpha=0.2)
+    ax.set_xlabel("stream position")
+    ax.set_ylabel(f"success, rolling mean of {window} (band: min-max over runs)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def extra_sections(episodes: pl.DataFrame) -> list[str]:
+    sections = []
+    probes = episodes.filter(pl.col("probe"))
+    if probes.height:
+        forgetting = (probes.group_by("variant", "stream_position").agg(success_rate=pl.col("success").mean())
+                      .sort("variant", "stream_position"))
+        sections += ["## Forgetting on replay probes", "",
+                     "Success on the replayed first tasks, by the stream position after which they ran.",
+                     "", markdown(forgetting), ""]
+    judged = episodes.filter(pl.col("judge_score").is_not_null() & ~pl.col("probe"))
+    if judged.height:
+        gap = (judged.group_by("variant").agg(
+            judge_says=pl.col("judge_score").mean(), truth=pl.col("success").cast(pl.Float64).mean())
+            .with_columns(gap=pl.col("judge_says") - pl.col("truth")).sort("variant"))
+        sections += ["## Judge vs truth", "", "Mean judge score against the true success rate; a "
+                     "positive gap is self-graded inflation.", "", markdown(gap), ""]
+    orders = episodes.filter(~pl.col("probe")).group_by("variant", "seed", "order_seed").agg(
+        success_rate=pl.col("success").mean())
+    spread = (orders.group_by("variant").agg(
+        orders=pl.col("order_seed").n_unique(), min=pl.col("success_rate").min(),
+        max=pl.col("success_rate").max(), std=pl.col("success_rate").std()).sort("variant"))
+    if orders.group_by("variant", "seed").agg(pl.len())["len"].max() > 1:
+        sections += ["## Order sensitivity", "", "Success rate of the same task sets in different "
+                     "orders.", "", markdown(spread), ""]
+    return sections
+
+
+def markdown(frame: pl.DataFrame) -> str:
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return f"{value:.3f}"
+        return "" if value is None else str(value)
+
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]
+    return "\n".join([header, rule, *rows])
+
+
+def write_report(paths: list[Path], out: Path) -> str:
+    runs = find_run_dirs(paths)
+    episodes, _calls, status = load(runs)
+    table = main_table(episodes)
+    budget, matched = matched_spend(episodes)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_cost_accuracy(table, out / "cost_accuracy.png")
+    plot_learning_curves(episodes, out / "learning_curves.png")
+    complete = sum(s["episodes"] for s in status)
+    expected = sum(s["expected"] for s in status)
+    lines = [
+        "# Report", "",
+        f"{len(runs)} run directories, {complete} of {expected} planned episodes written "
+        f"({', '.join(sorted({s['status'] for s in status}))}). Models: "
+        f"{', '.join(sorted(episodes['model'].unique().to_list()))}.", "",
+        "## Variants", "",
+        "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of the variant "
+        "(seeds and tasks together). Overhead = every purpose but act.", "",
+        markdown(table), "",
+        f"## Accuracy at matched spend: {budget} tokens per agent run", "",
+        "Episodes finished within the largest cumulative token spend every agent run reached.", "",
+        markdown(matched), "",
+        "![cost-accuracy](cost_accuracy.png)", "", "![learning curves](learning_curves.png)", "",
+        *extra_sections(episodes),
+        "## Runs", "", markdown(pl.DataFrame(status)), "",
+    ]
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text)
+    return markdown(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories")
+    parser.add_argument("--out", type=Path, default=None, help="where report.md and plots go "
+                        "(default: the first path)")
+    args = parser.parse_args(argv)
+    try:
+        main_rows = write_report(args.paths, args.out or args.paths[0])
+    except ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(main_rows)
+    print(f"\nreport: {(args.out or args.paths[0]) / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The report: variants compared from the tables, at matched spend, with CIs and plots."""
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.report import bootstrap_ci, main, pareto_front
+from harness.writer import TableWriter
+from tests.conftest import run_variant
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A two-job sweep directory as the harness writes it (tables and manifest), two seeds each."""
+    root = tmp_path_factory.mktemp("sweep")
+    for job, variant in enumerate(("baseline", "reflexion")):
+        job_dir = root / str(job)
+        writer = TableWriter(job_dir, flush_interval_s=0)
+        runs = []
+        for seed in (0, 1):
+            result = run_variant(f"variant={variant}", f"seed={seed}", "stream.num_tasks=10",
+                                 "stream.probe_every=5", "stream.probe_size=2")
+            for table, rows in result.rows.items():
+                writer.append(table, rows)
+            runs.append({"run_id": result.rows["episodes"][0]["run_id"], "num_tasks": 10})
+        writer.close()
+        (job_dir / "manifest.json").write_text(json.dumps({"status": "finished", "agent_runs": runs}))
+    return root
+
+
+def test_the_report_compares_every_variant_and_writes_its_files(sweep, capsys):
+    assert main([str(sweep)]) == 0
+    printed = capsys.readouterr().out
+    assert "| baseline |" in printed and "| reflexion |" in printed
+    report = (sweep / "report.md").read_text()
+    assert "## Accuracy at matched spend" in report and "## Forgetting on replay probes" in report
+    assert "2 run directories, 40 of 40 planned episodes written (finished)" in report
+    assert (sweep / "cost_accuracy.png").stat().st_size > 0
+    assert (sweep / "learning_curves.png").stat().st_size > 0
+
+
+def test_matched_spend_is_the_smallest_total_any_run_reached(sweep):
+    import polars as pl
+
+    from harness.report import find_run_dirs, load, matched_spend
+
+    episodes, _, _ = load(find_run_dirs([sweep]))
+    budget, table = matched_spend(episodes)
+    totals = episodes.group_by("run_id").agg(pl.col("total_tokens").sum())["total_tokens"]
+    assert budget == totals.min()
+    baseline = table.filter(pl.col("variant") == "baseline")
+    assert baseline["episodes"][0] <= 20
+
+
+def test_a_directory_without_tables_is_refused(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    assert "holds no harness tables" in capsys.readouterr().err
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    points = [(10, 0.5), (20, 0.6), (30, 0.55), (5, 0.2), (20, 0.4)]
+    assert pareto_front(points) == [0, 1, 3]
+
+
+def test_bootstrap_ci_brackets_the_mean_and_is_degenerate_for_constant_data():
+    data = np.array([1.0] * 30 + [0.0] * 70)
+    low, high = bootstrap_ci(data)
+    assert low < 0.3 < high and high - low < 0.25
+    assert bootstrap_ci(np.ones(10)) == (1.0, 1.0)
