@@ -86,6 +86,7 @@ class EpisodicMemory:
         self.size = 0
         self.recalled: list[Recalled] = []
         self._table: Any = None
+        self._query: tuple[str, list[float]] | None = None  # the current task's question, embedded once
         self._events: list[dict[str, Any]] = []
 
     def take_events(self) -> list[dict[str, Any]]:
@@ -98,7 +99,7 @@ class EpisodicMemory:
         self.recalled = []
         if self.size == 0:
             return self.recalled
-        [vector] = await self.llm.embed([task.question])
+        vector = await self._embed(task.question)
         rows = await (self._table.vector_search(vector).distance_type("cosine")
                       .limit(self.top_k * 4).to_list())
         scored = [(1.0 - row["_distance"], row) for row in rows]
@@ -139,7 +140,7 @@ class EpisodicMemory:
             text = await self._distill(feedback.task, final, reflections)
             verified = not reflections  # reflection text is the model's own, unchecked
         importance = 1.0 if final.rewarded else self.failure_importance
-        [vector] = await self.llm.embed([feedback.task.question])
+        vector = await self._embed(feedback.task.question)
         row = {"memory_id": uuid.uuid4().hex[:12], "kind": self.mode, "text": text,
                "question": feedback.task.question, "source_task_id": feedback.task.task_id,
                "source_position": position, "reward": final.reward, "verified": verified,
@@ -150,6 +151,12 @@ class EpisodicMemory:
         self._events.append(self._event("insert", row, None))
         if self.size > self.capacity:
             await self._evict()
+
+    async def _embed(self, question: str) -> list[float]:
+        if self._query is None or self._query[0] != question:
+            [vector] = await self.llm.embed([question])
+            self._query = (question, vector)
+        return self._query[1]
 
     async def _distill(self, task: TaskView, final: AttemptResult, reflections: list[str]) -> str:
         notes = "".join(f"Reflection (unverified): {r}\n" for r in reflections)

@@ -151,6 +151,12 @@ class RaySettings(_Strict):
     include_dashboard: bool
 
 
+class CacheSettings(_Strict):
+    enabled: bool
+    dir: str = Field(min_length=1)
+    charge: bool
+
+
 class OutputSettings(_Strict):
     flush_interval_s: float = Field(ge=0)
 
@@ -166,6 +172,7 @@ class HarnessConfig(_Strict):
     budget: BudgetSettings
     ray: RaySettings
     output: OutputSettings
+    cache: CacheSettings
     progress: bool
 
     @field_validator("seeds")

@@ -19,7 +19,8 @@ from typing import Any
 import litellm
 from litellm import CustomLLM
 
-from harness.config import ConfigError, EndpointSettings, ModelSettings, Price
+from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
+from harness.config import CacheSettings, ConfigError, EndpointSettings, ModelSettings, Price
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.model_client import CallRequest, CallResult
 from harness.records import LLMCall
@@ -47,12 +48,16 @@ def check_model_name(name: str) -> None:
 
 class Gateway:
     def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
-                 answer_key: dict[str, str] | None = None) -> None:
+                 answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None) -> None:
         """`local_servers` maps a model name to the api_base of the server the harness started."""
         self.models = {m.name: m for m in models}
+        self.cache = ResponseCache(cache.dir) if cache is not None and cache.enabled else None
+        self.charge_cached = cache.charge if cache is not None else True
         self.local_servers = dict(local_servers or {})
         self.api_bases = {**{m.name: m.api_base for m in models if m.api_base}, **self.local_servers}
         self._limits: dict[str, asyncio.Semaphore] = {}
+        self.provider_calls = 0
+        """Requests sent to providers (retries included); cached answers send none."""
         providers: dict[str, CustomLLM] = {name: make() for name, make in EMBEDDING_PROVIDERS.items()}
         for m in models:
             if isinstance(m, ModelSettings) and m.is_scripted and m.scripted is not None:
@@ -68,35 +73,52 @@ class Gateway:
         settings = self.models.get(request.model)
         if settings is None:
             raise KeyError(f"gateway has no model {request.model!r}; it serves {sorted(self.models)}")
-        limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
         started_at = dt.datetime.now(dt.UTC)
+        clock = time.perf_counter()
+        key = request_key(settings, request) if self.cache is not None and cacheable(request) else None
+        hit = self.cache.get(key) if self.cache is not None and key is not None else None
+        if hit is not None:
+            cost = hit.cost_usd if self.charge_cached else 0.0
+            return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
+                                cached=True)
+        limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
         queued = time.perf_counter()
         async with limit:
             clock = time.perf_counter()
             queued_s = clock - queued
             response, retries, error = await self._send_with_retries(settings, request)
             latency_s = time.perf_counter() - clock
-        text, vectors = None, None
-        prompt_tokens, completion_tokens, usage_source = 0, 0, "provider"
-        cost: float | None = 0.0
+        answer = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
         if response is not None:
+            text, vectors = None, None
             if request.kind == "embed":
                 vectors = [item["embedding"] for item in response.data]
             else:
                 text = response.choices[0].message.content or ""
             prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text)
-            cost = self._cost(settings, response, prompt_tokens, completion_tokens)
+            answer = CachedAnswer(text=text, vectors=vectors, prompt_tokens=prompt_tokens,
+                                  completion_tokens=completion_tokens, usage_source=usage_source,
+                                  cost_usd=self._cost(settings, response, prompt_tokens, completion_tokens))
+            if self.cache is not None and key is not None:
+                self.cache.put(key, answer)
+        return self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
+                            error, cached=False)
+
+    @staticmethod
+    def _result(request: CallRequest, started_at: dt.datetime, answer: CachedAnswer, cost: float | None,
+                latency_s: float, queued_s: float, retries: int, error: str | None,
+                cached: bool) -> CallResult:
         record = LLMCall(
             call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
-            task_id=request.task_id,
-            attempt=request.attempt, purpose=request.purpose, model=request.model,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-            total_tokens=prompt_tokens + completion_tokens, usage_source=usage_source, cost_usd=cost,
-            latency_s=latency_s, queued_s=queued_s, retries=retries, cached=False, error=error,
-            started_at=started_at)
-        return CallResult(text=text, vectors=vectors, record=record)
+            task_id=request.task_id, attempt=request.attempt, purpose=request.purpose, model=request.model,
+            prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+            total_tokens=answer.prompt_tokens + answer.completion_tokens,
+            usage_source=answer.usage_source, cost_usd=cost, latency_s=latency_s, queued_s=queued_s,
+            retries=retries, cached=cached, error=error, started_at=started_at)
+        return CallResult(text=answer.text, vectors=answer.vectors, record=record)
 
     def _send(self, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:
+        self.provider_calls += 1
         endpoint: dict[str, Any] = {
             "model": settings.name, "api_base": self.api_bases.get(settings.name),
             # The harness's own local server needs no key; the OpenAI client insists on one.

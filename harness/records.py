@@ -91,15 +91,17 @@ class LLMCall(Record):
     usage_source: UsageSource
     """`provider` when the provider reported usage; `counted` when litellm's token counter filled it."""
     cost_usd: float | None
-    """Dollar cost from litellm's price map or the configured per-token price; null when unknown."""
+    """Dollar cost from litellm's price map or the configured per-token price; null when unknown. A
+    cached answer costs what it first cost with cache.charge=true (the default), else 0."""
     latency_s: float
-    """Wall seconds from sending the request to the final answer, retries and backoff included."""
+    """Wall seconds from sending the request to the final answer, retries and backoff included
+    (for a cached answer: the cache lookup)."""
     queued_s: float
     """Seconds spent waiting for the model's concurrency limit before the request was sent."""
     retries: int
     """Retries after rate limits, timeouts or connection errors before success or giving up."""
     cached: bool
-    """True when the answer came from the response cache instead of the provider (no cache yet: false)."""
+    """True when the answer came from the response cache: no request reached the provider."""
     error: str | None
     """One-line error when the call failed after all retries; null on success."""
     started_at: dt.datetime

@@ -103,7 +103,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
                   if settings.model.is_scripted else None)
     gateway = ray.remote(num_cpus=0)(GatewayActor).remote(
-        [settings.model, settings.embedder], api_bases, answer_key)
+        [settings.model, settings.embedder], api_bases, answer_key, settings.cache)
     writer = ray.remote(num_cpus=0)(TableWriter).remote(str(run_dir), settings.output.flush_interval_s)
     worker_class = ray.remote(num_cpus=0)(AgentWorker)
     n_workers = min(settings.ray.num_workers, len(specs))

@@ -29,9 +29,10 @@ def compose_config(*overrides: str) -> DictConfig:
 
 
 def scripted_settings(*overrides: str) -> HarnessConfig:
-    """The real default config with the scripted model, the hashing embedder, a short stream."""
+    """The real default config with the scripted model, the hashing embedder, a short stream, and
+    no response cache (a test that wants one turns it on with its own directory)."""
     cfg = compose_config("model=scripted", "embedder=hashing", "stream.num_tasks=6", "progress=false",
-                         *overrides)
+                         "cache.enabled=false", *overrides)
     return HarnessConfig.from_dictconfig(cfg)
 
 
@@ -75,7 +76,8 @@ def run_variant(*overrides: str) -> AgentRun:
     workdir = Path(tempfile.mkdtemp(prefix="harness-test-"))
     spec = build_plan(settings, workdir)[0]
     answer_key = {t.question: t.answer for t in spec.tasks}
-    gateway = RecordingGateway(Gateway([settings.model, settings.embedder], answer_key=answer_key))
+    gateway = RecordingGateway(Gateway([settings.model, settings.embedder], answer_key=answer_key,
+                                       cache=settings.cache))
     sink = ListSink()
     outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
     return AgentRun(outcome, sink, gateway, workdir)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def real_run(ray_session, tmp_path_factory):
-    cfg = compose_config("seeds=[0,1]", "stream.num_tasks=8", "progress=false")
+    cfg = compose_config("seeds=[0,1]", "stream.num_tasks=8", "progress=false", "cache.enabled=false")
     return run(HarnessConfig.from_dictconfig(cfg), tmp_path_factory.mktemp("real"))
 
 

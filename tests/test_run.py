@@ -86,6 +86,7 @@ def test_cli_rejects_a_bad_value_in_one_line_before_starting_anything(tmp_path):
 
 def test_cli_multirun_runs_one_job_per_seed_and_prints_summaries(tmp_path):
     result = harness_cli("-m", "seed=0,1", "model=scripted", "stream.num_tasks=3", "progress=false",
+                         "cache.enabled=false",
                          "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     for job, seed in (("0", 0), ("1", 1)):
@@ -108,7 +109,7 @@ def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, "-m", "harness", "model=scripted", "model.scripted.latency_s=0.1",
-         "stream.num_tasks=200", "progress=false", "ray.include_dashboard=false",
+         "cache.enabled=false", "stream.num_tasks=200", "progress=false", "ray.include_dashboard=false",
          "output.flush_interval_s=0.2", f"hydra.run.dir={run_dir}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
