@@ -4,11 +4,13 @@ import os
 
 # Set before anything imports litellm or starts Ray, so that every Ray worker inherits them:
 # litellm would fetch its price list from the network at import; Ray 2.60 would turn on token
-# auth for a local cluster; LanceDB would log at info level.
+# auth for a local cluster; LanceDB would log at info level; Ray would deduplicate log lines.
 HARNESS_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "RAY_AUTH_MODE": "disabled",
     "LANCEDB_LOG": "error",
+    # Every job of a sweep prints its own summary; Ray must not fold identical lines together.
+    "RAY_DEDUP_LOGS": "0",
 }
 for _name, _value in HARNESS_ENV.items():
     os.environ.setdefault(_name, _value)

@@ -33,6 +33,12 @@ class GatewayActor:
     async def call(self, request: CallRequest) -> CallResult:
         return await self.gateway.call(request)
 
+    def register(self, *args: Any, **kwargs: Any) -> None:
+        self.gateway.register(*args, **kwargs)
+
+    def serves_locally(self, name: str) -> bool:
+        return self.gateway.serves_locally(name)
+
 
 class ActorGatewayLink:
     def __init__(self, actor: ray.actor.ActorHandle) -> None:

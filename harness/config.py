@@ -149,6 +149,8 @@ class RaySettings(_Strict):
     address: str | None
     num_workers: int = Field(gt=0)
     include_dashboard: bool
+    gateway: str | None
+    """Name of a running gateway actor to share (the Ray launcher sets it for every job of a sweep)."""
 
 
 class CacheSettings(_Strict):
@@ -184,9 +186,13 @@ class HarnessConfig(_Strict):
 
     @classmethod
     def from_dictconfig(cls, cfg: DictConfig) -> HarnessConfig:
-        data = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(data, dict)
-        data.pop("hydra", None)
+        # Hydra's own section may hold values only known inside a running job (its output dir).
+        data: dict[str, Any] = {}
+        for key in cfg:
+            if key != "hydra":
+                node = cfg[key]
+                is_node = OmegaConf.is_config(node)
+                data[str(key)] = OmegaConf.to_container(node, resolve=True) if is_node else node
         return cls.validate_dict(data)
 
     @classmethod

@@ -24,7 +24,7 @@ from harness.config import CacheSettings, ConfigError, EndpointSettings, ModelSe
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.model_client import CallRequest, CallResult
 from harness.records import LLMCall
-from harness.scripted import ScriptedLLM
+from harness.scripted import ScriptedRouter
 
 litellm.suppress_debug_info = True
 
@@ -50,24 +50,40 @@ class Gateway:
     def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
                  answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None) -> None:
         """`local_servers` maps a model name to the api_base of the server the harness started."""
-        self.models = {m.name: m for m in models}
+        self.models: dict[str, EndpointSettings] = {}
         self.cache = ResponseCache(cache.dir) if cache is not None and cache.enabled else None
         self.charge_cached = cache.charge if cache is not None else True
-        self.local_servers = dict(local_servers or {})
-        self.api_bases = {**{m.name: m.api_base for m in models if m.api_base}, **self.local_servers}
+        self.local_servers: dict[str, str] = {}
+        self.api_bases: dict[str, str] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
+        self.scripted = ScriptedRouter()
         providers: dict[str, CustomLLM] = {name: make() for name, make in EMBEDDING_PROVIDERS.items()}
-        for m in models:
-            if isinstance(m, ModelSettings) and m.is_scripted and m.scripted is not None:
-                options = m.scripted
-                providers["scripted"] = ScriptedLLM(
-                    accuracy=options.accuracy, latency_s=options.latency_s, fail_rate=options.fail_rate,
-                    fail_attempts=options.fail_attempts, answer_key=answer_key)
+        providers["scripted"] = self.scripted
         litellm.custom_provider_map = [
             *[p for p in litellm.custom_provider_map if p["provider"] not in providers],
             *[{"provider": name, "custom_handler": handler} for name, handler in providers.items()]]
+        self.register(models, local_servers, answer_key)
+
+    def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
+                 answer_key: dict[str, str] | None = None) -> None:
+        """Serve these models too (a shared gateway serves every job of a sweep)."""
+        for m in models:
+            known = self.models.get(m.name)
+            if known is not None and known != m:
+                raise ValueError(f"the gateway already serves {m.name} with other settings; give each "
+                                 f"setting its own model name")
+            self.models[m.name] = m
+            if m.api_base:
+                self.api_bases[m.name] = m.api_base
+            if isinstance(m, ModelSettings) and m.scripted is not None:
+                self.scripted.add(m.name, m.scripted, answer_key or {})
+        self.local_servers.update(local_servers or {})
+        self.api_bases.update(local_servers or {})
+
+    def serves_locally(self, name: str) -> bool:
+        return name in self.local_servers
 
     async def call(self, request: CallRequest) -> CallResult:
         settings = self.models.get(request.model)

@@ -25,7 +25,14 @@ from tqdm import tqdm
 
 from harness import HARNESS_ENV
 from harness.actors import AgentWorker, GatewayActor
-from harness.config import HarnessConfig, RaySettings
+from harness.config import (
+    CacheSettings,
+    ConfigError,
+    EndpointSettings,
+    HarnessConfig,
+    ModelSettings,
+    RaySettings,
+)
 from harness.model_client import AgentModelClient
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan, expected_episodes
@@ -65,17 +72,13 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
     outcomes: list[RunOutcome] = []
     try:
         with contextlib.ExitStack() as stack:
-            api_bases: dict[str, str] = {}
-            if settings.model.serves_locally:
-                assert settings.model.local_server is not None
-                print(f"starting local model server ({settings.model.local_server.file}) ...", flush=True)
-                server = stack.enter_context(
-                    LocalModelServer(settings.model.local_server, run_dir / "model_server.log"))
-                api_bases[settings.model.name] = server.api_base
-            manifest.ray_address, manifest.dashboard_url = stack.enter_context(_ray_session(settings.ray))
+            manifest.ray_address, manifest.dashboard_url = stack.enter_context(ray_session(settings.ray))
             if manifest.dashboard_url:
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
-            outcomes = _execute(settings, specs, run_dir, api_bases, stack, manifest.env_setup_s)
+            answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
+                          if settings.model.is_scripted else None)
+            gateway = _gateway(settings, answer_key, run_dir, stack)
+            outcomes = _execute(settings, specs, run_dir, gateway, stack, manifest.env_setup_s)
         manifest.status = "finished"
     except KeyboardInterrupt:
         manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -97,18 +100,48 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
     return RunResult(run_dir, manifest, outcomes)
 
 
+def start_gateway(models: list[EndpointSettings], cache: CacheSettings, log_dir: Path,
+                  stack: contextlib.ExitStack, name: str | None = None,
+                  answer_key: dict[str, str] | None = None) -> ray.actor.ActorHandle:
+    """A gateway actor for these models, with a local model server for each model the harness
+    serves itself; everything started is stopped when `stack` closes."""
+    local_servers: dict[str, str] = {}
+    for model in models:
+        if isinstance(model, ModelSettings) and model.serves_locally and model.name not in local_servers:
+            assert model.local_server is not None
+            print(f"starting local model server ({model.local_server.file}) ...", flush=True)
+            server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
+            local_servers[model.name] = server.api_base
+    options: dict[str, Any] = {"num_cpus": 0}
+    if name is not None:
+        options["name"] = name
+    gateway = ray.remote(GatewayActor).options(**options).remote(models, local_servers, answer_key, cache)
+    stack.callback(ray.kill, gateway)
+    return gateway
+
+
+def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir: Path,
+             stack: contextlib.ExitStack) -> ray.actor.ActorHandle:
+    """The sweep's shared gateway when a launcher started one (ray.gateway), else this job's own."""
+    models: list[EndpointSettings] = [settings.model, settings.embedder]
+    if settings.ray.gateway is None:
+        return start_gateway(models, settings.cache, run_dir, stack, answer_key=answer_key)
+    gateway = ray.get_actor(settings.ray.gateway)
+    ray.get(gateway.register.remote(models, None, answer_key))
+    if settings.model.serves_locally and not ray.get(gateway.serves_locally.remote(settings.model.name)):
+        raise ConfigError(f"invalid config: ray.gateway: {settings.ray.gateway} does not serve "
+                          f"{settings.model.name} locally")
+    return gateway
+
+
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-             api_bases: dict[str, str], stack: contextlib.ExitStack,
+             gateway: ray.actor.ActorHandle, stack: contextlib.ExitStack,
              env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
-    answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
-                  if settings.model.is_scripted else None)
-    gateway = ray.remote(num_cpus=0)(GatewayActor).remote(
-        [settings.model, settings.embedder], api_bases, answer_key, settings.cache)
     writer = ray.remote(num_cpus=0)(TableWriter).remote(str(run_dir), settings.output.flush_interval_s)
     worker_class = ray.remote(num_cpus=0)(AgentWorker)
     n_workers = min(settings.ray.num_workers, len(specs))
     workers = [worker_class.remote(gateway, writer) for _ in range(n_workers)]
-    for actor in (gateway, writer, *workers):
+    for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
     # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
     ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
@@ -132,7 +165,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
 
 
 @contextlib.contextmanager
-def _ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
+def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
     """Start a local Ray (or attach to `ray.address`); reuse one already initialised in-process."""
     if ray.is_initialized():
         yield ray.get_runtime_context().gcs_address, None

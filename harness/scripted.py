@@ -102,3 +102,26 @@ class ScriptedLLM(CustomLLM):
 
     def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
         raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")
+
+
+class ScriptedRouter(CustomLLM):
+    """The `scripted` provider: one ScriptedLLM per scripted model name, answer keys merged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.models: dict[str, ScriptedLLM] = {}
+
+    def add(self, name: str, options: Any, answer_key: dict[str, str]) -> None:
+        short = name.split("/", 1)[1]
+        if short not in self.models:
+            self.models[short] = ScriptedLLM(accuracy=options.accuracy, latency_s=options.latency_s,
+                                             fail_rate=options.fail_rate, fail_attempts=options.fail_attempts)
+        self.models[short].answer_key.update(answer_key)
+
+    async def acompletion(self, model: str, *args: Any, **kwargs: Any) -> ModelResponse:
+        if model not in self.models:
+            raise ValueError(f"no scripted model {model!r} is registered")
+        return await self.models[model].acompletion(model, *args, **kwargs)
+
+    def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")

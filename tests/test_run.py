@@ -84,10 +84,10 @@ def test_cli_rejects_a_bad_value_in_one_line_before_starting_anything(tmp_path):
     assert "Ray" not in result.stdout and not (tmp_path / "run" / "manifest.json").exists()
 
 
-def test_cli_multirun_runs_one_job_per_seed_and_prints_summaries(tmp_path):
-    result = harness_cli("-m", "seed=0,1", "model=scripted", "stream.num_tasks=3", "progress=false",
-                         "cache.enabled=false",
-                         "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
+def test_the_stock_sequential_launcher_still_runs_one_job_per_seed(tmp_path):
+    result = harness_cli("-m", "hydra/launcher=basic", "seed=0,1", "model=scripted", "stream.num_tasks=3",
+                         "progress=false", "cache.enabled=false", "ray.include_dashboard=false",
+                         f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     for job, seed in (("0", 0), ("1", 1)):
         episodes = ds.dataset(tmp_path / job / "episodes").to_table()
@@ -126,3 +126,20 @@ def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
     calls = ds.dataset(run_dir / "llm_calls").to_table()["task_id"].to_pylist()
     episodes = ds.dataset(run_dir / "episodes").to_table()["task_id"].to_pylist()
     assert set(episodes) <= set(calls)  # no episode row without its calls
+
+
+def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(tmp_path):
+    result = harness_cli("-m", "seed=0,1", "stream.num_tasks=8,100000", "model=scripted",
+                         "model.scripted.latency_s=0.3", "cache.enabled=false",
+                         "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
+    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    finished = [json.loads((j / "manifest.json").read_text()) for j in jobs if (j / "manifest.json").exists()]
+    assert len(jobs) == 4 and len(finished) == 2  # the two jobs with 100000 tasks fail validation
+    assert result.returncode != 0 and "exceeds the" in result.stdout + result.stderr
+    assert all(m["status"] == "finished" and m["tables"]["episodes"] == 8 for m in finished)
+    latest_start = max(m["started_at"] for m in finished)
+    earliest_end = min(m["finished_at"] for m in finished)
+    assert latest_start < earliest_end  # the jobs overlapped in time
+    assert (tmp_path / "multirun.yaml").exists() and all((j / ".hydra").is_dir() for j in jobs)
+    summary = result.stdout[result.stdout.index("success_rate"):]
+    assert "│ baseline ┆ 0 " in summary and "│ baseline ┆ 1 " in summary

@@ -1,0 +1,132 @@
+"""`hydra/launcher=ray` (the harness's default for -m): every job of a sweep at once, on one Ray.
+
+The launcher starts (or attaches to, with `ray.address`) one Ray cluster, starts one gateway actor
+for the whole sweep, and with it one local model server for each model the harness serves itself,
+then runs every job as a Ray task. Each job finds the shared gateway by name (`ray.gateway`) and
+registers its models; its agent workers and writer are its own. Hydra's sweep layout is kept
+(`multirun.yaml`, one directory per job with its `.hydra/`). A failing job is reported when the
+others are done and does not stop them.
+"""
+
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RayLauncherConf:
+    _target_: str = "hydra_plugins.harness_ray_launcher.ray_launcher.RayLauncher"
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayLauncherConf)
+
+
+def _run_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+             singleton_state: dict[Any, Any]) -> JobReturn:
+    Singleton.set_state(singleton_state)
+    setup_globals()
+    started = time.time()
+    try:
+        result = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+                         job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    except BaseException as error:  # sys.exit in a job must not take the worker's result with it
+        result = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config,
+                           working_dir=str(Path.cwd()), status=JobStatus.FAILED,
+                           _return_value=RuntimeError(f"job exited: {type(error).__name__}: {error}"))
+    result.hydra_cfg = None  # not needed by the sweeper, and heavy to send back
+    log.info(f"job {config.hydra.job.num} {result.status.name.lower()} in {time.time() - started:.1f} s")
+    return result
+
+
+def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
+    """One table for the whole sweep, read back from the jobs' tables (their own prints go through
+    Ray's log forwarding, which may drop the last lines at shutdown)."""
+    import polars as pl
+
+    from harness.summary import format_summary, read_table, summarize
+
+    frames = [read_table(d, "episodes") for d in job_dirs if (d / "episodes").is_dir()]
+    frames = [f for f in frames if not f.is_empty()]
+    if frames:
+        print(format_summary(summarize(pl.concat(frames, how="diagonal_relaxed"))), flush=True)
+    print(f"sweep tables in {sweep_dir}/<job>/", flush=True)
+
+
+class RayLauncher(Launcher):
+    def __init__(self) -> None:
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import ray
+
+        from harness.config import ConfigError, EndpointSettings, HarnessConfig
+        from harness.run import ray_session, start_gateway
+
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        gateway_name = f"harness-gateway-{uuid.uuid4().hex[:8]}"
+        configs: list[DictConfig] = []
+        valid: list[HarnessConfig | None] = []
+        models: dict[str, EndpointSettings] = {}
+        for index, overrides in enumerate(job_overrides, start=initial_job_idx):
+            config = self.hydra_context.config_loader.load_sweep_config(
+                self.config, [*overrides, f"ray.gateway={gateway_name}", "progress=false"])
+            with open_dict(config):
+                config.hydra.job.id = config.hydra.job.num = index
+            configs.append(config)
+            log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
+            try:
+                settings = HarnessConfig.from_dictconfig(config)
+            except ConfigError:
+                valid.append(None)  # the job itself reports its bad value
+                continue
+            valid.append(settings)
+            for model in (settings.model, settings.embedder):
+                models.setdefault(model.name, model)
+        first = next((s for s in valid if s is not None), None)
+        if first is None:  # no job can run: say why, as a single run would
+            HarnessConfig.from_dictconfig(configs[0])
+        assert first is not None
+        with contextlib.ExitStack() as stack:
+            address, dashboard = stack.enter_context(ray_session(first.ray))
+            log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
+                     + (f"; dashboard {dashboard}" if dashboard else ""))
+            served: list[EndpointSettings] = list(models.values())
+            start_gateway(served, first.cache, sweep_dir, stack, name=gateway_name)
+            remote_job = ray.remote(num_cpus=0, max_retries=0)(_run_job)
+            singleton_state = Singleton.get_state()
+            refs = [remote_job.options(name=f"job-{c.hydra.job.num}").remote(
+                self.hydra_context, self.task_function, c, singleton_state) for c in configs]
+            results: list[JobReturn] = ray.get(refs)
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        _print_summary(sweep_dir, [Path(str(c.hydra.sweep.dir)) / str(c.hydra.sweep.subdir) for c in configs])
+        failed = [r for r in results if r.status == JobStatus.FAILED]
+        for result in failed:
+            log.error(f"job failed: {' '.join(result.overrides or [])}: {result._return_value}")
+        log.info(f"{len(results)} jobs, {len(results) - len(failed)} completed, {len(failed)} failed; "
+                 f"compare them with: python -m harness.report {sweep_dir}")
+        return results
+
