@@ -17,6 +17,7 @@ import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
+from harness.config import BudgetSettings
 from harness.model_client import CallRequest, CallResult
 from harness.plan import AgentRunSpec, build_environment
 from harness.runner import RunOutcome, run_agent
@@ -33,6 +34,9 @@ class GatewayActor:
     async def call(self, request: CallRequest) -> CallResult:
         return await self.gateway.call(request)
 
+    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
+        await self.gateway.set_budget(run_id, budget)
+
     def register(self, *args: Any, **kwargs: Any) -> None:
         self.gateway.register(*args, **kwargs)
 
@@ -46,6 +50,9 @@ class ActorGatewayLink:
 
     async def call(self, request: CallRequest) -> CallResult:
         return await self.actor.call.remote(request)
+
+    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
+        await self.actor.set_budget.remote(run_id, budget)
 
 
 class ActorSink:

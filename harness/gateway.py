@@ -19,11 +19,12 @@ from typing import Any
 import litellm
 from litellm import CustomLLM
 
+from harness.budget import Ledger
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
-from harness.config import CacheSettings, ConfigError, EndpointSettings, ModelSettings, Price
+from harness.config import BudgetSettings, CacheSettings, ConfigError, EndpointSettings, ModelSettings, Price
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
-from harness.model_client import CallRequest, CallResult
-from harness.records import LLMCall
+from harness.model_client import BUDGET_EXHAUSTED, CallRequest, CallResult
+from harness.records import LLMCall, Usage
 from harness.scripted import ScriptedRouter
 
 litellm.suppress_debug_info = True
@@ -56,6 +57,7 @@ class Gateway:
         self.local_servers: dict[str, str] = {}
         self.api_bases: dict[str, str] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
+        self.ledger = Ledger()
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
         self.scripted = ScriptedRouter()
@@ -85,18 +87,37 @@ class Gateway:
     def serves_locally(self, name: str) -> bool:
         return name in self.local_servers
 
+    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
+        self.ledger.set_cap(run_id, budget)
+
     async def call(self, request: CallRequest) -> CallResult:
         settings = self.models.get(request.model)
         if settings is None:
             raise KeyError(f"gateway has no model {request.model!r}; it serves {sorted(self.models)}")
         started_at = dt.datetime.now(dt.UTC)
+        exhausted = self.ledger.exhausted(request.run_id)
+        if exhausted is not None:  # refused before sending: nothing spent
+            empty = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
+            return self._result(request, started_at, empty, 0.0, 0.0, 0.0, 0,
+                                f"{BUDGET_EXHAUSTED}: {exhausted}", cached=False,
+                                in_flight=self.ledger.in_flight[request.run_id])
+        in_flight = self.ledger.admit(request.run_id)
+        result = await self._answer(settings, request, started_at, in_flight)
+        record = result.record
+        self.ledger.settle(request.run_id, Usage(prompt_tokens=record.prompt_tokens,
+                                                 completion_tokens=record.completion_tokens,
+                                                 cost_usd=record.cost_usd))
+        return result
+
+    async def _answer(self, settings: EndpointSettings, request: CallRequest, started_at: dt.datetime,
+                      in_flight: int) -> CallResult:
         clock = time.perf_counter()
         key = request_key(settings, request) if self.cache is not None and cacheable(request) else None
         hit = self.cache.get(key) if self.cache is not None and key is not None else None
         if hit is not None:
             cost = hit.cost_usd if self.charge_cached else 0.0
             return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
-                                cached=True)
+                                cached=True, in_flight=in_flight)
         limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
         queued = time.perf_counter()
         async with limit:
@@ -118,19 +139,19 @@ class Gateway:
             if self.cache is not None and key is not None:
                 self.cache.put(key, answer)
         return self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
-                            error, cached=False)
+                            error, cached=False, in_flight=in_flight)
 
     @staticmethod
     def _result(request: CallRequest, started_at: dt.datetime, answer: CachedAnswer, cost: float | None,
                 latency_s: float, queued_s: float, retries: int, error: str | None,
-                cached: bool) -> CallResult:
+                cached: bool, in_flight: int) -> CallResult:
         record = LLMCall(
             call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
             task_id=request.task_id, attempt=request.attempt, purpose=request.purpose, model=request.model,
             prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             total_tokens=answer.prompt_tokens + answer.completion_tokens,
             usage_source=answer.usage_source, cost_usd=cost, latency_s=latency_s, queued_s=queued_s,
-            retries=retries, cached=cached, error=error, started_at=started_at)
+            retries=retries, cached=cached, error=error, run_in_flight=in_flight, started_at=started_at)
         return CallResult(text=answer.text, vectors=answer.vectors, record=record)
 
     def _send(self, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:

@@ -11,9 +11,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.config import BudgetSettings
 from harness.records import LLMCall, Purpose, Usage
 
 Message = dict[str, str]
+BUDGET_EXHAUSTED = "BudgetExhausted"
+"""Prefix of the error of a call the gateway refused because the run's budget was spent."""
 
 
 class CallRequest(BaseModel):
@@ -60,6 +63,8 @@ class ModelCallError(RuntimeError):
 
 class GatewayLink(Protocol):
     async def call(self, request: CallRequest) -> CallResult: ...
+
+    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None: ...
 
 
 class ModelClient(Protocol):

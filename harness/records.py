@@ -103,7 +103,11 @@ class LLMCall(Record):
     cached: bool
     """True when the answer came from the response cache: no request reached the provider."""
     error: str | None
-    """One-line error when the call failed after all retries; null on success."""
+    """One-line error when the call failed after all retries, or `BudgetExhausted: ...` when the run's
+    budget refused it before sending; null on success."""
+    run_in_flight: int
+    """Calls of the same agent run already in flight when this one was admitted (what a budget can
+    be overshot by)."""
     started_at: dt.datetime
     """UTC time the call was sent."""
 
@@ -133,6 +137,8 @@ class Episode(Record):
     """0-based position of the task in this agent run's stream (for a probe: the task it followed)."""
     probe: bool
     """True for a replay probe: an earlier task re-run to measure forgetting, not learnt from."""
+    attempted: bool
+    """False for a task the run never started because its budget was spent (see error)."""
     task_id: str
     """Stable id of the task within its environment."""
     question: str

@@ -52,7 +52,7 @@ def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
         manifest_path = run / "manifest.json"
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
         expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
-        done = read_table(run, "episodes").filter(~pl.col("probe")).height
+        done = read_table(run, "episodes").filter(~pl.col("probe") & pl.col("attempted")).height
         status.append({"run_dir": str(run), "status": manifest.get("status", "unknown"),
                        "episodes": done, "expected": expected})
     return episodes, calls, status
@@ -75,7 +75,9 @@ def group_keys(episodes: pl.DataFrame) -> list[str]:
 
 
 def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
-    evaluated = episodes.filter(~pl.col("probe"))
+    stream = episodes.filter(~pl.col("probe"))
+    skipped = stream.filter(~pl.col("attempted")).group_by(group_keys(stream)).agg(not_attempted=pl.len())
+    evaluated = stream.filter(pl.col("attempted"))
     keys = group_keys(evaluated)
     table = (evaluated.group_by(keys).agg(
         seeds=pl.col("seed").n_unique(), episodes=pl.len(), success_rate=pl.col("success").mean(),
@@ -92,7 +94,8 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
         low, high = bootstrap_ci(evaluated.filter(mask)["success"].cast(pl.Float64).to_numpy())
         lows.append(low)
         highs.append(high)
-    return table.with_columns(ci_low=pl.Series(lows), ci_high=pl.Series(highs))
+    table = table.with_columns(ci_low=pl.Series(lows), ci_high=pl.Series(highs))
+    return table.join(skipped, on=keys, how="left").with_columns(pl.col("not_attempted").fill_null(0))
 
 
 def matched_spend(episodes: pl.DataFrame) -> tuple[int, pl.DataFrame]:
@@ -102,7 +105,8 @@ def matched_spend(episodes: pl.DataFrame) -> tuple[int, pl.DataFrame]:
                  .with_columns(cumulative_tokens=pl.col("total_tokens").cum_sum().over("run_id")))
     totals = evaluated.group_by("run_id").agg(pl.col("cumulative_tokens").max())
     budget = int(totals["cumulative_tokens"].min())
-    within = evaluated.filter(~pl.col("probe") & (pl.col("cumulative_tokens") <= budget))
+    counted = ~pl.col("probe") & pl.col("attempted")
+    within = evaluated.filter(counted & (pl.col("cumulative_tokens") <= budget))
     keys = group_keys(within) if within.height else ["variant"]
     rows = []
     for group, frame in within.group_by(keys, maintain_order=True):

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
-from harness.model_client import AgentModelClient, GatewayLink, ModelCallError
+from harness.budget import exhausted
+from harness.model_client import BUDGET_EXHAUSTED, AgentModelClient, GatewayLink, ModelCallError
 from harness.plan import AgentRunSpec, instantiate_component, probe_points
 from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
 
@@ -91,26 +92,18 @@ def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
     return agent
 
 
-def budget_exhausted(spec: AgentRunSpec, spent: Usage) -> str | None:
-    budget = spec.budget
-    if budget.max_tokens is not None and spent.total_tokens >= budget.max_tokens:
-        return f"token budget spent ({spent.total_tokens} >= {budget.max_tokens})"
-    cost = spent.cost_usd
-    if budget.max_cost_usd is not None and cost is not None and cost >= budget.max_cost_usd:
-        return f"dollar budget spent ({cost:.4f} >= {budget.max_cost_usd})"
-    return None
-
-
 async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder)
     episodes = EpisodeRunner(spec, env, llm, sink)
     agent = build_agent(spec, llm)
+    await gateway.set_budget(spec.run_id, spec.budget)
     probes = probe_points(spec)
     for position, task in enumerate(spec.tasks):
-        stop = budget_exhausted(spec, episodes.spent)
+        stop = episodes.stopped_by or exhausted(spec.budget, episodes.spent)
         if stop is not None:
+            episodes.not_attempted(agent, spec.tasks[position:], position, stop)
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop)
         if spec.scenario == "isolated" and position > 0:
             agent = build_agent(spec, llm)  # a fresh agent: nothing learnt is carried over
@@ -130,6 +123,17 @@ class EpisodeRunner:
         self.llm = llm
         self.sink = sink
         self.spent = Usage()
+        self.stopped_by: str | None = None
+        """Set when the gateway refused a call because the run's budget was spent."""
+
+    def not_attempted(self, agent: Agent, tasks: list[Task], first_position: int, reason: str) -> None:
+        """Rows for the tasks the run will not start, so the table says which and why."""
+        rows = []
+        for position, task in enumerate(tasks, start=first_position):
+            episode = _episode_record(self.spec, agent, task, f"{self.spec.run_id}/{position}", position,
+                                      False, [], [], f"not attempted: {reason}", _now(), 0.0)
+            rows.append(episode.model_copy(update={"attempted": False}).model_dump())
+        self.sink.append(Episode.table, rows)
 
     async def run(self, agent: Agent, task: Task, position: int, prepare: bool = False,
                   probe_index: int | None = None) -> None:
@@ -150,6 +154,8 @@ class EpisodeRunner:
                 await agent.learn(Feedback(task=trial.task, attempts=results))
         except ModelCallError as failure:
             error = str(failure)
+            if (failure.record.error or "").startswith(BUDGET_EXHAUSTED):
+                self.stopped_by = failure.record.error
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run
             error = f"{type(failure).__name__}: {failure}"
         finally:
@@ -180,7 +186,7 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
     return Episode(
         episode_id=episode_id, run_id=spec.run_id, variant=spec.variant, seed=spec.seed, env=spec.env,
         family=task.family, scenario=spec.scenario, order_seed=spec.order_seed, stream_position=position,
-        probe=probe, task_id=task.task_id,
+        probe=probe, attempted=True, task_id=task.task_id,
         question=task.question, reference=task.answer,
         response=final.response if final else None, success=final.success if final else False,
         score=final.score if final else 0.0, judge_score=final.judge_score if final else None,

@@ -21,19 +21,22 @@ def count_rows(run_dir: Path, table: str) -> int:
 
 
 def summarize(episodes: pl.DataFrame) -> pl.DataFrame:
-    """Per variant and seed: episodes, success rate, tokens, dollars, p50 episode latency, errors."""
+    """Per variant and seed, over the tasks of the stream (replay probes and tasks a spent budget
+    left undone aside): episodes, success rate, tokens, dollars, p50 latency, errors, not attempted."""
     if episodes.is_empty():
         return pl.DataFrame()
     return (
-        episodes.group_by("variant", "seed", "model")
+        episodes.filter(~pl.col("probe"))
+        .group_by("variant", "seed", "model")
         .agg(
-            episodes=pl.len(),
-            success_rate=pl.col("success").mean(),
+            episodes=pl.col("attempted").sum(),
+            not_attempted=(~pl.col("attempted")).sum(),
+            success_rate=pl.col("success").filter(pl.col("attempted")).mean(),
             total_tokens=pl.col("total_tokens").sum(),
             cost_usd=pl.col("cost_usd").sum() if episodes["cost_usd"].null_count() == 0
             else pl.lit(None, dtype=pl.Float64),
-            p50_latency_s=pl.col("latency_s").median(),
-            errors=pl.col("error").is_not_null().sum(),
+            p50_latency_s=pl.col("latency_s").filter(pl.col("attempted")).median(),
+            errors=(pl.col("error").is_not_null() & pl.col("attempted")).sum(),
         )
         .sort("variant", "seed")
     )

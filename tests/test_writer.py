@@ -16,7 +16,7 @@ def call_row(i: int) -> dict:
                    purpose="act", model="scripted/oracle", prompt_tokens=10, completion_tokens=2,
                    total_tokens=12,
                    usage_source="provider", cost_usd=0.0, latency_s=0.1, queued_s=0.0, retries=0,
-                   cached=False, error=None, started_at=dt.datetime.now(dt.UTC)).model_dump()
+                   cached=False, error=None, run_in_flight=0, started_at=dt.datetime.now(dt.UTC)).model_dump()
 
 
 def test_rows_are_buffered_until_the_flush_interval(tmp_path):
