@@ -79,6 +79,7 @@ class EndpointSettings(_Strict):
     name: str = Field(min_length=1)
     api_base: str | None
     max_concurrency: int = Field(gt=0)
+    requests_per_minute: int | None = Field(gt=0)
     max_retries: int = Field(ge=0)
     retry_backoff_s: float = Field(ge=0)
     timeout_s: float = Field(gt=0)

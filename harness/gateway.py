@@ -23,6 +23,7 @@ from harness.budget import Ledger
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
 from harness.config import BudgetSettings, CacheSettings, ConfigError, EndpointSettings, ModelSettings, Price
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
+from harness.limits import RateGate
 from harness.model_client import BUDGET_EXHAUSTED, CallRequest, CallResult
 from harness.records import LLMCall, Usage
 from harness.scripted import ScriptedRouter
@@ -57,6 +58,7 @@ class Gateway:
         self.local_servers: dict[str, str] = {}
         self.api_bases: dict[str, str] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
+        self._gates: dict[str, RateGate] = {}
         self.ledger = Ledger()
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
@@ -122,9 +124,9 @@ class Gateway:
         queued = time.perf_counter()
         async with limit:
             clock = time.perf_counter()
-            queued_s = clock - queued
-            response, retries, error = await self._send_with_retries(settings, request)
-            latency_s = time.perf_counter() - clock
+            response, retries, error, paced_s = await self._send_with_retries(settings, request)
+            latency_s = time.perf_counter() - clock - paced_s
+            queued_s = clock - queued + paced_s
         answer = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
         if response is not None:
             text, vectors = None, None
@@ -166,19 +168,27 @@ class Gateway:
         return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
 
     async def _send_with_retries(self, settings: EndpointSettings, request: CallRequest
-                                 ) -> tuple[Any, int, str | None]:
-        retries = 0
+                                 ) -> tuple[Any, int, str | None, float]:
+        """The response (or None), retries, the error, and the seconds spent waiting on the pacing
+        (requests per minute, shared 429 back-off) rather than working."""
+        gate = self._gates.setdefault(settings.name, RateGate(settings.requests_per_minute))
+        retries, paced_s = 0, 0.0
         while True:
+            paced_s += await gate.wait()
             try:
-                return await self._send(settings, request), retries, None
+                return await self._send(settings, request), retries, None, paced_s
             except RETRYABLE as error:
                 if retries >= settings.max_retries:
-                    return None, retries, _one_line(error)
+                    return None, retries, _one_line(error), paced_s
                 retries += 1
                 backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
-                await asyncio.sleep(backoff * (0.5 + random.random() / 2))
+                backoff *= 0.5 + random.random() / 2
+                if isinstance(error, litellm.RateLimitError):
+                    gate.back_off(backoff)  # every caller of this model waits, not only this one
+                else:
+                    await asyncio.sleep(backoff)
             except Exception as error:  # a bad request or a provider bug is not retried
-                return None, retries, _one_line(error)
+                return None, retries, _one_line(error), paced_s
 
     @staticmethod
     def _cost(settings: EndpointSettings, response: Any, prompt_tokens: int,

@@ -94,10 +94,11 @@ class LLMCall(Record):
     """Dollar cost from litellm's price map or the configured per-token price; null when unknown. A
     cached answer costs what it first cost with cache.charge=true (the default), else 0."""
     latency_s: float
-    """Wall seconds from sending the request to the final answer, retries and backoff included
-    (for a cached answer: the cache lookup)."""
+    """Working seconds from sending the request to the final answer, retries included (for a cached
+    answer: the cache lookup); waiting on the limits is in queued_s instead."""
     queued_s: float
-    """Seconds spent waiting for the model's concurrency limit before the request was sent."""
+    """Seconds spent waiting on the model's limits: its concurrency cap, its requests per minute,
+    and the back-off all its callers share after a rate-limit answer."""
     retries: int
     """Retries after rate limits, timeouts or connection errors before success or giving up."""
     cached: bool

@@ -16,6 +16,7 @@ import platform
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,15 +138,19 @@ def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
              gateway: ray.actor.ActorHandle, stack: contextlib.ExitStack,
              env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
-    writer = ray.remote(num_cpus=0)(TableWriter).remote(str(run_dir), settings.output.flush_interval_s)
-    worker_class = ray.remote(num_cpus=0)(AgentWorker)
+    # Readable actor names on the dashboard (variant, env, seeds), unique per job.
+    job = f"{settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
+    writer = ray.remote(num_cpus=0)(TableWriter).options(name=f"writer {job}").remote(
+        str(run_dir), settings.output.flush_interval_s)
     n_workers = min(settings.ray.num_workers, len(specs))
-    workers = [worker_class.remote(gateway, writer) for _ in range(n_workers)]
+    assignments = [specs[i::n_workers] for i in range(n_workers)]
+    workers = [ray.remote(num_cpus=0)(AgentWorker).options(
+        name=f"agents {job} seeds {','.join(str(s.seed) for s in batch)} #{i}").remote(gateway, writer)
+        for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
     # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
     ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
-    assignments = [specs[i::n_workers] for i in range(n_workers)]
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
     total = sum(expected_episodes(s) for s in specs)

@@ -125,3 +125,27 @@ def test_minilm_embeddings_are_real_batched_and_token_counted():
     assert cosine[0] > cosine[1] + 0.2  # capitals are closer to each other than to spiders
     assert france.record.model == "local/all-MiniLM-L6-v2" and france.record.prompt_tokens == 9
     assert france.record.usage_source == "provider" and france.record.cost_usd == 0
+
+
+def test_requests_per_minute_pace_the_sends_and_the_wait_is_queued_time():
+    gw = gateway("model.requests_per_minute=600")  # one send every 0.1 s
+
+    async def burst():
+        return await asyncio.gather(*(gw.call(request(f"q{i}")) for i in range(5)))
+
+    queued = sorted(r.record.queued_s for r in asyncio.run(burst()))
+    assert queued[-1] >= 0.35  # the fifth waited for four slots
+    assert queued[0] < 0.05  # the first went at once
+
+
+def test_a_rate_limit_makes_every_caller_of_the_model_back_off_together():
+    gw = gateway("model.scripted.fail_rate=1", "model.scripted.fail_attempts=1", "model.max_retries=2",
+                 "model.retry_backoff_s=0.4")
+
+    async def burst():
+        return await asyncio.gather(*(gw.call(request(f"q{i}")) for i in range(4)))
+
+    records = [r.record for r in asyncio.run(burst())]
+    assert all(r.error is None and r.retries == 1 for r in records)
+    assert all(r.queued_s >= 0.15 for r in records)  # each waited out the shared back-off
+    assert all(r.latency_s < 0.15 for r in records)  # and that wait is not counted as work
