@@ -42,6 +42,9 @@ class AgentRunSpec(BaseModel):
     budget: BudgetSettings
     workdir: str
     """Directory for the agent's own files (its memory table)."""
+    finished: list[str] = []
+    """Episode ids already written by an earlier, interrupted run of this job (resume replays them
+    without writing them again)."""
 
 
 def probe_points(spec: AgentRunSpec) -> set[int]:
@@ -51,8 +54,22 @@ def probe_points(spec: AgentRunSpec) -> set[int]:
     return {p for p in range(len(spec.tasks)) if (p + 1) % spec.probe_every == 0}
 
 
+def episode_id(run_id: str, position: int, probe_index: int | None = None) -> str:
+    return f"{run_id}/{position}" + (f"/probe{probe_index}" if probe_index is not None else "")
+
+
+def episode_ids(spec: AgentRunSpec) -> list[str]:
+    """Every episode id the run writes when it goes to the end of its stream."""
+    ids = []
+    for position in range(len(spec.tasks)):
+        ids.append(episode_id(spec.run_id, position))
+        if position in probe_points(spec):
+            ids += [episode_id(spec.run_id, position, i) for i in range(spec.probe_size)]
+    return ids
+
+
 def expected_episodes(spec: AgentRunSpec) -> int:
-    return len(spec.tasks) + len(probe_points(spec)) * spec.probe_size
+    return len(episode_ids(spec))
 
 
 def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwargs: Any) -> Any:

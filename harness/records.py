@@ -366,6 +366,8 @@ class Manifest(BaseModel):
     schema_version: str = SCHEMA_VERSION
     status: Literal["running", "finished", "failed", "interrupted"]
     error: str | None = None
+    resumes: int = 0
+    """How many times this run directory was resumed after an interruption."""
     started_at: dt.datetime
     finished_at: dt.datetime | None = None
     model: str

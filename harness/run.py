@@ -36,8 +36,9 @@ from harness.config import (
 )
 from harness.model_client import AgentModelClient
 from harness.model_server import LocalModelServer
-from harness.plan import AgentRunSpec, build_plan, expected_episodes
+from harness.plan import AgentRunSpec, build_plan, episode_ids, expected_episodes
 from harness.records import TABLES, AgentRunInfo, Episode, Manifest
+from harness.resume import drop_orphans, finished_episodes
 from harness.runner import RunOutcome, build_agent
 from harness.summary import count_rows, format_summary, read_table, summarize
 from harness.writer import TableWriter
@@ -62,8 +63,9 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
     specs = build_plan(settings, run_dir)
     _check_agents_build(specs)
     run_dir.mkdir(parents=True, exist_ok=True)
+    specs, resumes = _resume(specs, run_dir)
     manifest = Manifest(
-        status="running", started_at=_now(), model=settings.model.name,
+        status="running", started_at=_now(), resumes=resumes, model=settings.model.name,
         model_is_scripted=settings.model.is_scripted, git_sha=_git_sha(),
         python=sys.version.split()[0], platform=platform.platform(), packages=_versions(),
         agent_runs=[AgentRunInfo(run_id=s.run_id, variant=s.variant, seed=s.seed, env=s.env,
@@ -135,9 +137,31 @@ def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir
     return gateway
 
 
+def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
+    """In a directory that already holds episodes, mark them finished (see harness/resume.py)."""
+    finished = finished_episodes(run_dir)
+    if not finished:
+        return specs, 0
+    planned = {eid for spec in specs for eid in episode_ids(spec)}
+    if not finished & planned:
+        raise ConfigError(f"invalid config: {run_dir} holds episodes of other runs (a different config); "
+                          "resume with the config that wrote them, or choose a new directory")
+    dropped = drop_orphans(run_dir, finished)
+    specs = [s.model_copy(update={"finished": sorted(set(episode_ids(s)) & finished)}) for s in specs]
+    left = sum(expected_episodes(s) - len(s.finished) for s in specs)
+    print(f"resuming in {run_dir}: {len(finished & planned)} episodes already written, {left} to go"
+          + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
+    previous = run_dir / "manifest.json"
+    resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
+    return specs, resumes
+
+
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
              gateway: ray.actor.ActorHandle, stack: contextlib.ExitStack,
              env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
+    specs = [s for s in specs if len(s.finished) < expected_episodes(s)]  # resumed runs already done
+    if not specs:
+        return []
     # Readable actor names on the dashboard (variant, env, seeds), unique per job.
     job = f"{settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
     writer = ray.remote(num_cpus=0)(TableWriter).options(name=f"writer {job}").remote(
@@ -153,7 +177,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
-    total = sum(expected_episodes(s) for s in specs)
+    total = sum(expected_episodes(s) - len(s.finished) for s in specs)
     try:
         with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
             while pending:

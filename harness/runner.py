@@ -19,12 +19,20 @@ from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.budget import exhausted
 from harness.model_client import BUDGET_EXHAUSTED, AgentModelClient, GatewayLink, ModelCallError
-from harness.plan import AgentRunSpec, instantiate_component, probe_points
+from harness.plan import AgentRunSpec, episode_id, instantiate_component, probe_points
 from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
 
 
 class RecordSink(Protocol):
     def append(self, table: str, rows: list[dict[str, Any]]) -> None: ...
+
+
+class _NullSink:
+    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+        pass
+
+
+NULL_SINK = _NullSink()
 
 
 class RunOutcome(BaseModel):
@@ -122,6 +130,7 @@ class EpisodeRunner:
         self.env = env
         self.llm = llm
         self.sink = sink
+        self.finished = set(spec.finished)
         self.spent = Usage()
         self.stopped_by: str | None = None
         """Set when the gateway refused a call because the run's budget was spent."""
@@ -130,8 +139,11 @@ class EpisodeRunner:
         """Rows for the tasks the run will not start, so the table says which and why."""
         rows = []
         for position, task in enumerate(tasks, start=first_position):
-            episode = _episode_record(self.spec, agent, task, f"{self.spec.run_id}/{position}", position,
-                                      False, [], [], f"not attempted: {reason}", _now(), 0.0)
+            this_episode = episode_id(self.spec.run_id, position)
+            if this_episode in self.finished:
+                continue
+            episode = _episode_record(self.spec, agent, task, this_episode, position, False, [], [],
+                                      f"not attempted: {reason}", _now(), 0.0)
             rows.append(episode.model_copy(update={"attempted": False}).model_dump())
         self.sink.append(Episode.table, rows)
 
@@ -139,8 +151,9 @@ class EpisodeRunner:
                   probe_index: int | None = None) -> None:
         spec, llm = self.spec, self.llm
         probe = probe_index is not None
-        episode_id = f"{spec.run_id}/{position}" + (f"/probe{probe_index}" if probe else "")
-        llm.start_episode(episode_id, task.task_id)
+        this_episode = episode_id(spec.run_id, position, probe_index)
+        sink = NULL_SINK if this_episode in self.finished else self.sink  # a resumed run replays these
+        llm.start_episode(this_episode, task.task_id)
         started_at, clock = _now(), time.perf_counter()
         trial = EnvTrial(task, self.env, llm)
         results: list[AttemptResult] = []
@@ -162,18 +175,18 @@ class EpisodeRunner:
             trial.close()
         calls = llm.take_records()
         self.spent = self.spent + _sum_usage(calls)
-        episode = _episode_record(spec, agent, task, episode_id, position, probe, results, calls, error,
+        episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
                                   started_at, time.perf_counter() - clock)
-        where = {"run_id": spec.run_id, "episode_id": episode_id, "task_id": task.task_id,
+        where = {"run_id": spec.run_id, "episode_id": this_episode, "task_id": task.task_id,
                  "stream_position": position}
-        self.sink.append(LLMCall.table, [call.model_dump() for call in calls])
-        self.sink.append(AttemptRow.table, [
+        sink.append(LLMCall.table, [call.model_dump() for call in calls])
+        sink.append(AttemptRow.table, [
             AttemptRow(**where, attempt=r.number, response=r.response, success=r.success, score=r.score,
                        judge_score=r.judge_score, reward=r.reward, steps=r.steps,
                        reflection=r.reflection).model_dump() for r in results])
         for table, rows in agent.take_rows().items():
-            self.sink.append(table, [TABLES[table](**where, **row).model_dump() for row in rows])
-        self.sink.append(Episode.table, [episode.model_dump()])
+            sink.append(table, [TABLES[table](**where, **row).model_dump() for row in rows])
+        sink.append(Episode.table, [episode.model_dump()])
 
 
 def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: str, position: int,

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.records import TABLES
+from harness.records import TABLES, Episode
 
 
 class TableWriter:
@@ -29,6 +29,13 @@ class TableWriter:
         self._buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
         self._rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
         self._last_flush = time.monotonic()
+        # One writer per run directory: a writer left over from a killed run (its processes can
+        # outlive the driver for a few seconds) must not add rows once a resumed run has started.
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lease = self.run_dir / ".writer"
+        lease_tmp = self.run_dir / f".writer.{self._writer_id}.tmp"
+        lease_tmp.write_text(self._writer_id)
+        os.replace(lease_tmp, self._lease)
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
         if table not in TABLES:
@@ -38,7 +45,12 @@ class TableWriter:
             self.flush()
 
     def flush(self) -> None:
-        for table, rows in self._buffers.items():
+        if self._lease.read_text() != self._writer_id:
+            raise RuntimeError(f"another writer has taken over {self.run_dir}; this one writes no more")
+        # Episodes last: an episode row on disk means all of that episode's rows are (resume relies
+        # on it; see harness/resume.py).
+        for table in sorted(self._buffers, key=lambda name: name == Episode.table):
+            rows = self._buffers[table]
             if rows:
                 self._write_part(table, rows)
                 self._rows_written[table] += len(rows)

@@ -58,3 +58,12 @@ def test_an_unknown_table_is_rejected(tmp_path):
     writer = TableWriter(tmp_path, flush_interval_s=0)
     with pytest.raises(ValueError, match="unknown table"):
         writer.append("nope", [{}])
+
+
+def test_a_superseded_writer_stops_writing(tmp_path):
+    old = TableWriter(tmp_path, flush_interval_s=3600)
+    old.append("llm_calls", [call_row(0)])
+    TableWriter(tmp_path, flush_interval_s=3600)  # a resumed run takes over the directory
+    with pytest.raises(RuntimeError, match="another writer has taken over"):
+        old.flush()
+    assert not (tmp_path / "llm_calls").exists()
