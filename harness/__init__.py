@@ -9,6 +9,7 @@ HARNESS_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "RAY_AUTH_MODE": "disabled",
     "LANCEDB_LOG": "error",
+    "LANCE_INCLUDE_VECTOR_CENTROIDS": "false",
     # Every job of a sweep prints its own summary; Ray must not fold identical lines together.
     "RAY_DEDUP_LOGS": "0",
 }

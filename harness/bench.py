@@ -200,8 +200,8 @@ def retrieval(sizes: list[int], queries: int, dim: int = 384, top_k: int = 5) ->
 
 
 def local_model_tokens(tasks: int) -> dict[str, float]:
+    import http.client
     import json
-    import urllib.request
 
     import polars as pl
 
@@ -218,15 +218,20 @@ def local_model_tokens(tasks: int) -> dict[str, float]:
     system = settings.variant.kwargs()["system_prompt"]
     with tempfile.TemporaryDirectory() as directory, \
             LocalModelServer(settings.model.local_server, Path(directory) / "server.log") as server:
-        tokens, seconds = 0, 0.0
-        for question in episodes.sort("stream_position")["question"]:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)  # kept alive
+
+        def ask(question: str) -> int:
             messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
             body = {"model": settings.model.local_server.alias, **settings.model.params, "messages": messages}
-            request = urllib.request.Request(f"{server.api_base}/chat/completions", json.dumps(body).encode(),
-                                             {"Content-Type": "application/json"})
+            connection.request("POST", "/v1/chat/completions", json.dumps(body),
+                               {"Content-Type": "application/json"})
+            return int(json.loads(connection.getresponse().read())["usage"]["completion_tokens"])
+
+        ask("Hello")  # the harness's server was warm after its first call too
+        tokens, seconds = 0, 0.0
+        for question in episodes.sort("stream_position")["question"]:
             started = time.perf_counter()
-            with urllib.request.urlopen(request) as reply:
-                tokens += json.load(reply)["usage"]["completion_tokens"]
+            tokens += ask(question)
             seconds += time.perf_counter() - started
     direct_rate = tokens / seconds
     return {"harness completion tok/s": harness_rate, "direct completion tok/s": direct_rate,
