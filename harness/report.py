@@ -98,15 +98,14 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
     return table.join(skipped, on=keys, how="left").with_columns(pl.col("not_attempted").fill_null(0))
 
 
-def matched_spend(episodes: pl.DataFrame) -> tuple[int, pl.DataFrame]:
-    """Success of each variant over the episodes finished within the largest cumulative token spend
-    that every agent run reached (the smallest of the runs' total spends)."""
+def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[float, pl.DataFrame]:
+    """Success of each variant over the episodes finished within the largest cumulative spend
+    (`total_tokens` or `cost_usd`) that every agent run reached: the smallest of the runs' totals."""
     evaluated = (episodes.sort("run_id", "stream_position", "probe")
-                 .with_columns(cumulative_tokens=pl.col("total_tokens").cum_sum().over("run_id")))
-    totals = evaluated.group_by("run_id").agg(pl.col("cumulative_tokens").max())
-    budget = int(totals["cumulative_tokens"].min())
+                 .with_columns(cumulative=pl.col(spend).cum_sum().over("run_id")))
+    budget = float(evaluated.group_by("run_id").agg(pl.col("cumulative").max())["cumulative"].min())
     counted = ~pl.col("probe") & pl.col("attempted")
-    within = evaluated.filter(counted & (pl.col("cumulative_tokens") <= budget))
+    within = evaluated.filter(counted & (pl.col("cumulative") <= budget))
     keys = group_keys(within) if within.height else ["variant"]
     rows = []
     for group, frame in within.group_by(keys, maintain_order=True):
@@ -224,6 +223,11 @@ def write_report(paths: list[Path], out: Path) -> str:
     episodes, _calls, status = load(runs)
     table = main_table(episodes)
     budget, matched = matched_spend(episodes)
+    dollars: list[str] = []
+    if episodes["cost_usd"].null_count() == 0 and episodes["cost_usd"].sum() > 0:
+        dollar_budget, by_dollars = matched_spend(episodes, "cost_usd")
+        dollars = [f"## Accuracy at matched spend: ${dollar_budget:.4f} per agent run", "",
+                   markdown(by_dollars), ""]
     out.mkdir(parents=True, exist_ok=True)
     plot_cost_accuracy(table, out / "cost_accuracy.png")
     plot_learning_curves(episodes, out / "learning_curves.png")
@@ -238,9 +242,9 @@ def write_report(paths: list[Path], out: Path) -> str:
         "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of the variant "
         "(seeds and tasks together). Overhead = every purpose but act.", "",
         markdown(table), "",
-        f"## Accuracy at matched spend: {budget} tokens per agent run", "",
-        "Episodes finished within the largest cumulative token spend every agent run reached.", "",
-        markdown(matched), "",
+        f"## Accuracy at matched spend: {budget:.0f} tokens per agent run", "",
+        "Episodes finished within the largest cumulative spend every agent run reached.", "",
+        markdown(matched), "", *dollars,
         "![cost-accuracy](cost_accuracy.png)", "", "![learning curves](learning_curves.png)", "",
         *extra_sections(episodes),
         "## Runs", "", markdown(pl.DataFrame(status)), "",

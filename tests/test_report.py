@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 
 from harness.report import bootstrap_ci, main, pareto_front
@@ -40,9 +41,17 @@ def test_the_report_compares_every_variant_and_writes_its_files(sweep, capsys):
     assert (sweep / "learning_curves.png").stat().st_size > 0
 
 
-def test_matched_spend_is_the_smallest_total_any_run_reached(sweep):
-    import polars as pl
+def test_matched_dollars_appear_when_the_calls_have_a_price():
+    from harness.report import matched_spend
+    from tests.conftest import run_variant
 
+    run = run_variant("model.price.input_per_token=0.001", "stream.num_tasks=4")
+    episodes = pl.DataFrame(run.rows["episodes"])
+    budget, table = matched_spend(episodes, "cost_usd")
+    assert budget == pytest.approx(episodes["cost_usd"].sum()) and table["episodes"][0] == 4
+
+
+def test_matched_spend_is_the_smallest_total_any_run_reached(sweep):
     from harness.report import find_run_dirs, load, matched_spend
 
     episodes, _, _ = load(find_run_dirs([sweep]))
