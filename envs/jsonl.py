@@ -1,5 +1,6 @@
-"""Your own tasks: one JSON object per line, `{"id", "question", "answer"}` plus optional `family`,
-`aliases` and `metadata`. Every line is validated before the run starts; a bad line stops it with
+"""Your own tasks: one JSON object per line, `{"id", "question", "answer"}` plus optional
+`family`, `aliases`, `answer_pattern` (a regex whose `answer` group is taken from a matching reply,
+e.g. for "The plural of mouse is mice.") and `metadata`. Every line is validated before the run starts; a bad line stops it with
 its line number and field, never skipped silently. Checked like the built-in single-turn tasks:
 exact match after folding case, accents, punctuation and spacing (answer or any alias).
 
@@ -10,6 +11,7 @@ share no id or question with the main file.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,20 @@ class TaskLine(BaseModel):
     answer: str
     family: str = Field(default="default", min_length=1)
     aliases: list[str] = []
+    answer_pattern: str | None = None
     metadata: dict[str, Any] = {}
+
+    @field_validator("answer_pattern")
+    @classmethod
+    def _pattern_has_an_answer_group(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                compiled = re.compile(value)
+            except re.error as error:
+                raise ValueError(f"not a valid regular expression ({error})") from None
+            if "answer" not in compiled.groupindex:
+                raise ValueError("needs a named group (?P<answer>...)")
+        return value
 
     @field_validator("answer", mode="before")
     @classmethod
@@ -49,13 +64,15 @@ def read_tasks(path: Path) -> list[Task]:
         except ValidationError as error:
             problem = error.errors()[0]
             field = ".".join(str(p) for p in problem["loc"]) or "line"
-            raise ValueError(f"{path.name} line {number}: {field}: {problem['msg']}") from None
+            message = problem["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{path.name} line {number}: {field}: {message}") from None
         if line.id in first_line_of:
             raise ValueError(f"{path.name} line {number}: id: {line.id!r} is already used on line "
                              f"{first_line_of[line.id]}")
         first_line_of[line.id] = number
         tasks.append(Task(task_id=line.id, family=line.family, question=line.question, answer=line.answer,
-                          aliases=tuple(line.aliases), metadata=line.metadata))
+                          aliases=tuple(line.aliases), answer_pattern=line.answer_pattern,
+                          metadata=line.metadata))
     if not tasks:
         raise ValueError(f"{path.name}: no tasks in the file")
     return tasks

@@ -82,3 +82,18 @@ def test_jsonl_tasks_run_end_to_end_with_their_own_tuning_split(tmp_path):
                       "variant.steps=1", "stream.num_tasks=3", "model.scripted.accuracy=1")
     assert [e["success"] for e in run.rows["episodes"]] == [True] * 3
     assert {e["protocol"] for e in run.rows["episodes"]} == {"held_out"}
+
+
+def test_an_answer_pattern_takes_the_answer_out_of_a_sentence(tmp_path):
+    row = {"id": "p", "question": "Plural of mouse?", "answer": "mice",
+           "answer_pattern": r"(?:the )?plural of \w+ is (?P<answer>\w+)\.?"}
+    env = JsonlTasks(path=str(write(tmp_path / "t.jsonl", [row])))
+    episode = env.reset(env.tasks()[0])
+    episode.step("The plural of mouse is mice.")
+    assert episode.score().success
+
+
+def test_a_pattern_without_an_answer_group_is_refused(tmp_path):
+    row = {"id": "p", "question": "q", "answer": "a", "answer_pattern": "(.+)"}
+    with pytest.raises(ValueError, match=r"line 1: answer_pattern: needs a named group"):
+        JsonlTasks(path=str(write(tmp_path / "t.jsonl", [row])))
