@@ -1,8 +1,9 @@
 """Your own tasks: one JSON object per line, `{"id", "question", "answer"}` plus optional
 `family`, `aliases`, `answer_pattern` (a regex whose `answer` group is taken from a matching reply,
-e.g. for "The plural of mouse is mice.") and `metadata`. Every line is validated before the run starts; a bad line stops it with
-its line number and field, never skipped silently. Checked like the built-in single-turn tasks:
-exact match after folding case, accents, punctuation and spacing (answer or any alias).
+e.g. for "The plural of mouse is mice.") and `metadata`. Every line is validated before the run
+starts; a bad line stops it with its line number and field, never skipped silently. Checked like
+the built-in single-turn tasks: exact match after folding case, accents, punctuation and spacing
+(answer or any alias).
 
 `env.tuning_path` may name a second file of the same form as the tuning split (for OPRO); it must
 share no id or question with the main file.
