@@ -239,13 +239,11 @@ def local_model_tokens(tasks: int) -> dict[str, float]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    def cell(value: Any) -> str:
-        return f"{value:.3g}" if isinstance(value, float) else str(value)
+    import polars as pl
 
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(r[h]) for h in header) + " |" for r in rows]
-    return "\n".join(lines)
+    from harness.report import markdown
+
+    return markdown(pl.DataFrame(rows))
 
 
 def main(argv: list[str] | None = None) -> None:

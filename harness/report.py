@@ -209,7 +209,7 @@ def extra_sections(episodes: pl.DataFrame) -> list[str]:
 def markdown(frame: pl.DataFrame) -> str:
     def cell(value: object) -> str:
         if isinstance(value, float):
-            return f"{value:.3f}"
+            return f"{value:.3g}" if abs(value) >= 1000 or 0 < abs(value) < 0.001 else f"{value:.3f}"
         return "" if value is None else str(value)
 
     header = "| " + " | ".join(frame.columns) + " |"
