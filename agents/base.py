@@ -127,14 +127,14 @@ class Agent(abc.ABC):
 
             self.memory = EpisodicMemory(llm, directory=Path(workdir or ".") / "memory", table=run_id,
                                          **memory)
-        self.stream_position = -1
+        self.stream_position = 0
+        """Position in the stream of the task in progress (set by the runner)."""
 
     async def prepare(self, tuning: TuningSet) -> None:  # noqa: B027 - optional hook, no-op by default
         """Before the first task: tune on held-out tasks (charged to the first task's episode)."""
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         """Attempt until rewarded or out of attempts; every attempt is kept."""
-        self.stream_position += 1
         if self.memory is not None:
             await self.memory.recall(trial.task)
         results: list[AttemptResult] = []

@@ -162,6 +162,7 @@ class EpisodeRunner:
             if prepare:
                 tuning = spec.tuning_tasks or spec.tasks
                 await agent.prepare(EnvTuningSet(tuning, bool(spec.tuning_tasks), self.env, llm))
+            agent.stream_position = position
             results = await agent.run_task(trial)
             if not probe:  # probes measure what the agent kept; they must not teach it
                 await agent.learn(Feedback(task=trial.task, attempts=results))

@@ -64,7 +64,7 @@ def test_reflexion_stops_after_a_success():
 
 
 def test_the_judge_never_sees_the_reference_and_its_score_sits_beside_the_truth():
-    run = run_variant("variant=baseline", "+variant.judge={}", "model.scripted.accuracy=0")
+    run = run_variant("variant=baseline", "variant.judge={}", "model.scripted.accuracy=0")
     for request in run.requests("judge"):
         task = next(e for e in run.rows["episodes"] if e["task_id"] == request.task_id)
         assert task["reference"] not in request.messages[-1]["content"]
