@@ -130,7 +130,8 @@ def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir
     """The sweep's shared gateway when a launcher started one (ray.gateway), else this job's own."""
     models: list[EndpointSettings] = [settings.model, settings.embedder]
     if settings.ray.gateway is None:
-        return start_gateway(models, settings.cache, run_dir, stack, answer_key=answer_key)
+        name = f"gateway {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
+        return start_gateway(models, settings.cache, run_dir, stack, name=name, answer_key=answer_key)
     gateway = ray.get_actor(settings.ray.gateway)
     ray.get(gateway.register.remote(models, None, answer_key))
     if settings.model.serves_locally and not ray.get(gateway.serves_locally.remote(settings.model.name)):
