@@ -25,7 +25,7 @@ from harness.config import BudgetSettings, CacheSettings, ConfigError, EndpointS
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.limits import RateGate
 from harness.model_client import BUDGET_EXHAUSTED, CallRequest, CallResult
-from harness.records import LLMCall, Usage
+from harness.records import LLMCall
 from harness.scripted import ScriptedRouter
 
 litellm.suppress_debug_info = True
@@ -34,6 +34,7 @@ RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError
              litellm.InternalServerError, litellm.ServiceUnavailableError)
 MAX_BACKOFF_S = 30.0
 LOCAL_API_KEY = "no-key-needed"
+NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
 
 
 def check_model_name(name: str) -> None:
@@ -99,16 +100,12 @@ class Gateway:
         started_at = dt.datetime.now(dt.UTC)
         exhausted = self.ledger.exhausted(request.run_id)
         if exhausted is not None:  # refused before sending: nothing spent
-            empty = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
-            return self._result(request, started_at, empty, 0.0, 0.0, 0.0, 0,
+            return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
                                 f"{BUDGET_EXHAUSTED}: {exhausted}", cached=False,
                                 in_flight=self.ledger.in_flight[request.run_id])
         in_flight = self.ledger.admit(request.run_id)
         result = await self._answer(settings, request, started_at, in_flight)
-        record = result.record
-        self.ledger.settle(request.run_id, Usage(prompt_tokens=record.prompt_tokens,
-                                                 completion_tokens=record.completion_tokens,
-                                                 cost_usd=record.cost_usd))
+        self.ledger.settle(request.run_id, result.record.usage)
         return result
 
     async def _answer(self, settings: EndpointSettings, request: CallRequest, started_at: dt.datetime,
@@ -127,7 +124,7 @@ class Gateway:
             response, retries, error, paced_s = await self._send_with_retries(settings, request)
             latency_s = time.perf_counter() - clock - paced_s
             queued_s = clock - queued + paced_s
-        answer = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
+        answer = NO_ANSWER
         if response is not None:
             text, vectors = None, None
             if request.kind == "embed":

@@ -105,10 +105,7 @@ class AgentModelClient:
                               attempt=self.attempt, params={**self.default_params, **params})
         result = await self._call(request)
         assert result.text is not None
-        record = result.record
-        usage = Usage(prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens,
-                      cost_usd=record.cost_usd, latency_s=record.latency_s)
-        return Completion(text=result.text, usage=usage, call_id=record.call_id)
+        return Completion(text=result.text, usage=result.record.usage, call_id=result.record.call_id)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if self.embedder is None:

@@ -112,6 +112,11 @@ class LLMCall(Record):
     started_at: dt.datetime
     """UTC time the call was sent."""
 
+    @property
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     cost_usd=self.cost_usd, latency_s=self.latency_s)
+
 
 class Episode(Record):
     """One task attempted by one agent run: its outcome and the sum of its model calls."""

@@ -214,7 +214,4 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
 
 
 def _sum_usage(calls: list[LLMCall]) -> Usage:
-    return functools.reduce(
-        lambda total, c: total + Usage(prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-                                       cost_usd=c.cost_usd, latency_s=c.latency_s),
-        calls, Usage())
+    return functools.reduce(lambda total, call: total + call.usage, calls, Usage())
