@@ -17,9 +17,11 @@ import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
-from harness.config import BudgetSettings
-from harness.model_client import CallRequest, CallResult
-from harness.plan import AgentRunSpec, build_environment
+from harness.config import BudgetSettings, CacheSettings
+from harness.errors import one_line
+from harness.model_client import CallRequest, CallResult, GatewayUnavailable
+from harness.plan import AgentRunSpec, build_environment, episode_ids
+from harness.records import Usage
 from harness.runner import RunOutcome, run_agent
 
 
@@ -34,8 +36,11 @@ class GatewayActor:
     async def call(self, request: CallRequest) -> CallResult:
         return await self.gateway.call(request)
 
-    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
-        await self.gateway.set_budget(run_id, budget)
+    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
+        await self.gateway.open_run(run_id, budget, cache)
+
+    def spent(self, run_id: str) -> Usage:
+        return self.gateway.spent(run_id)
 
     def register(self, *args: Any, **kwargs: Any) -> None:
         self.gateway.register(*args, **kwargs)
@@ -49,10 +54,13 @@ class ActorGatewayLink:
         self.actor = actor
 
     async def call(self, request: CallRequest) -> CallResult:
-        return await self.actor.call.remote(request)
+        try:
+            return await self.actor.call.remote(request)
+        except ray.exceptions.RayActorError as error:
+            raise GatewayUnavailable(f"the gateway actor died: {one_line(error)}") from None
 
-    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
-        await self.actor.set_budget.remote(run_id, budget)
+    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
+        await self.actor.open_run.remote(run_id, budget, cache)
 
 
 class ActorSink:
@@ -82,6 +90,7 @@ class WorkerReport(BaseModel):
 class AgentWorker:
     def __init__(self, gateway: ray.actor.ActorHandle, writer: ray.actor.ActorHandle) -> None:
         self.gateway = ActorGatewayLink(gateway)
+        self.writer = writer
         self.sink = ActorSink(writer)
         self._environments: dict[str, Environment] = {}
 
@@ -102,6 +111,12 @@ class AgentWorker:
         return seconds
 
     async def run(self, specs: list[AgentRunSpec]) -> WorkerReport:
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            # Ray restarted this worker after its process died and retries this call: carry on
+            # from what the writer has, as a resume would (replay finished episodes, run the rest).
+            finished = set(await self.writer.restart_runs.remote([s.run_id for s in specs]))
+            specs = [s.model_copy(update={"finished": sorted(finished & set(episode_ids(s)))})
+                     for s in specs]
         setup_s = await asyncio.to_thread(self.setup, specs)
         try:
             outcomes = await asyncio.gather(*(

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import random
 import time
 import uuid
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import litellm
@@ -23,12 +25,14 @@ from harness.budget import Ledger
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
 from harness.config import BudgetSettings, CacheSettings, ConfigError, EndpointSettings, ModelSettings, Price
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
+from harness.errors import one_line
 from harness.limits import RateGate
 from harness.model_client import BUDGET_EXHAUSTED, CallRequest, CallResult
-from harness.records import LLMCall
+from harness.records import LLMCall, Usage
 from harness.scripted import ScriptedRouter
 
 litellm.suppress_debug_info = True
+log = logging.getLogger(__name__)
 
 RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
              litellm.InternalServerError, litellm.ServiceUnavailableError)
@@ -46,7 +50,7 @@ def check_model_name(name: str) -> None:
     except Exception as error:
         raise ConfigError(f"invalid config: model.name: litellm cannot route {name!r} "
                           f"(unknown provider; expected e.g. openai/gpt-4o-mini): "
-                          f"{_one_line(error)}") from None
+                          f"{one_line(error)}") from None
 
 
 class Gateway:
@@ -54,13 +58,16 @@ class Gateway:
                  answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None) -> None:
         """`local_servers` maps a model name to the api_base of the server the harness started."""
         self.models: dict[str, EndpointSettings] = {}
-        self.cache = ResponseCache(cache.dir) if cache is not None and cache.enabled else None
-        self.charge_cached = cache.charge if cache is not None else True
+        self.default_cache = cache
+        self._caches: dict[str, ResponseCache] = {}
+        self._run_cache: dict[str, CacheSettings] = {}
+        """Each run's own cache settings (a sweep's jobs share one gateway but not their settings)."""
         self.local_servers: dict[str, str] = {}
         self.api_bases: dict[str, str] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._gates: dict[str, RateGate] = {}
         self.ledger = Ledger()
+        self._unwritable: set[Path] = set()
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
         self.scripted = ScriptedRouter()
@@ -90,31 +97,59 @@ class Gateway:
     def serves_locally(self, name: str) -> bool:
         return name in self.local_servers
 
-    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
+    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings | None = None) -> None:
+        """Start the run's ledger from zero (a restarted run replays what it had spent) and remember
+        its cache settings."""
         self.ledger.set_cap(run_id, budget)
+        if cache is not None:
+            self._run_cache[run_id] = cache
+
+    def spent(self, run_id: str) -> Usage:
+        """What the run's calls have cost so far, as the ledger counts it."""
+        return self.ledger.spent.get(run_id, Usage())
+
+    def _cache_for(self, run_id: str) -> tuple[ResponseCache | None, bool]:
+        settings = self._run_cache.get(run_id, self.default_cache)
+        if settings is None or not settings.enabled:
+            return None, settings.charge if settings is not None else True
+        directory = str(settings.dir)
+        if directory not in self._caches:
+            self._caches[directory] = ResponseCache(directory)
+        return self._caches[directory], settings.charge
 
     async def call(self, request: CallRequest) -> CallResult:
+        """Never raises: whatever fails, the caller gets a record (with its error)."""
+        started_at = dt.datetime.now(dt.UTC)
         settings = self.models.get(request.model)
         if settings is None:
-            raise KeyError(f"gateway has no model {request.model!r}; it serves {sorted(self.models)}")
-        started_at = dt.datetime.now(dt.UTC)
+            return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
+                                f"UnknownModel: the gateway serves {sorted(self.models)}, not "
+                                f"{request.model!r}", cached=False, in_flight=0)
         exhausted = self.ledger.exhausted(request.run_id)
         if exhausted is not None:  # refused before sending: nothing spent
             return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
                                 f"{BUDGET_EXHAUSTED}: {exhausted}", cached=False,
                                 in_flight=self.ledger.in_flight[request.run_id])
         in_flight = self.ledger.admit(request.run_id)
-        result = await self._answer(settings, request, started_at, in_flight)
+        try:
+            result = await self._answer(settings, request, started_at, in_flight)
+        except Exception as error:  # a harness bug after sending: the call may be billed, so record it
+            result = self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
+                                  f"GatewayError: {one_line(error)}", cached=False, in_flight=in_flight)
+        except BaseException:  # cancelled: nothing known was spent
+            self.ledger.settle(request.run_id, Usage())
+            raise
         self.ledger.settle(request.run_id, result.record.usage)
         return result
 
     async def _answer(self, settings: EndpointSettings, request: CallRequest, started_at: dt.datetime,
                       in_flight: int) -> CallResult:
         clock = time.perf_counter()
-        key = request_key(settings, request) if self.cache is not None and cacheable(request) else None
-        hit = self.cache.get(key) if self.cache is not None and key is not None else None
+        cache, charge_cached = self._cache_for(request.run_id)
+        key = request_key(settings, request) if cache is not None and cacheable(request) else None
+        hit = cache.get(key) if cache is not None and key is not None else None
         if hit is not None:
-            cost = hit.cost_usd if self.charge_cached else 0.0
+            cost = hit.cost_usd if charge_cached else 0.0
             return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
                                 cached=True, in_flight=in_flight)
         limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
@@ -135,10 +170,20 @@ class Gateway:
             answer = CachedAnswer(text=text, vectors=vectors, prompt_tokens=prompt_tokens,
                                   completion_tokens=completion_tokens, usage_source=usage_source,
                                   cost_usd=self._cost(settings, response, prompt_tokens, completion_tokens))
-            if self.cache is not None and key is not None:
-                self.cache.put(key, answer)
+            if cache is not None and key is not None:
+                self._store(cache, key, answer)
         return self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
                             error, cached=False, in_flight=in_flight)
+
+    def _store(self, cache: ResponseCache, key: str, answer: CachedAnswer) -> None:
+        """Keep the answer for next time; a cache that cannot be written costs reuse, never the record."""
+        try:
+            cache.put(key, answer)
+        except OSError as error:
+            if cache.directory not in self._unwritable:
+                self._unwritable.add(cache.directory)
+                log.warning("response cache %s cannot be written (%s); answers are not cached",
+                            cache.directory, one_line(error))
 
     @staticmethod
     def _result(request: CallRequest, started_at: dt.datetime, answer: CachedAnswer, cost: float | None,
@@ -176,7 +221,7 @@ class Gateway:
                 return await self._send(settings, request), retries, None, paced_s
             except RETRYABLE as error:
                 if retries >= settings.max_retries:
-                    return None, retries, _one_line(error), paced_s
+                    return None, retries, one_line(error), paced_s
                 retries += 1
                 backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
                 backoff *= 0.5 + random.random() / 2
@@ -185,7 +230,7 @@ class Gateway:
                 else:
                     await asyncio.sleep(backoff)
             except Exception as error:  # a bad request or a provider bug is not retried
-                return None, retries, _one_line(error), paced_s
+                return None, retries, one_line(error), paced_s
 
     @staticmethod
     def _cost(settings: EndpointSettings, response: Any, prompt_tokens: int,
@@ -212,8 +257,3 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None) ->
     counted_prompt = litellm.token_counter(model=model, messages=request.messages)
     counted_completion = litellm.token_counter(model=model, text=text or "", count_response_tokens=True)
     return counted_prompt, counted_completion, "counted"
-
-
-def _one_line(error: BaseException) -> str:
-    message = " ".join(str(error).split())
-    return f"{type(error).__name__}: {message[:300]}"

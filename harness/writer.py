@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.records import TABLES, Episode
+from harness.resume import drop_orphans, finished_episodes
 
 
 class TableWriter:
@@ -62,6 +63,15 @@ class TableWriter:
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
         return {table: self._rows_written[table] + len(rows) for table, rows in self._buffers.items()}
+
+    def restart_runs(self, run_ids: list[str]) -> list[str]:
+        """These agent runs start again in a new worker (the old one died): write out what arrived,
+        set aside the rows of their unfinished episodes (see harness/resume.py), and return the
+        episodes they have finished, which the new worker replays without writing."""
+        self.flush()
+        finished = finished_episodes(self.run_dir, run_ids)
+        drop_orphans(self.run_dir, finished, set(run_ids))
+        return sorted(finished)
 
     def close(self) -> dict[str, int]:
         """Flush everything; rows written per table."""

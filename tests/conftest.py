@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
-from harness.config import BudgetSettings, HarnessConfig
+from harness.config import BudgetSettings, CacheSettings, HarnessConfig
 from harness.gateway import Gateway
 from harness.model_client import CallRequest, CallResult
 from harness.plan import build_environment, build_plan
@@ -55,8 +55,8 @@ class RecordingGateway:
         self.requests.append(request)
         return await self.inner.call(request)
 
-    async def set_budget(self, run_id: str, budget: BudgetSettings) -> None:
-        await self.inner.set_budget(run_id, budget)
+    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
+        await self.inner.open_run(run_id, budget, cache)
 
 
 @dataclass

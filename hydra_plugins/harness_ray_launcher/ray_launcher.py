@@ -11,6 +11,8 @@ others are done and does not stop them.
 
 import contextlib
 import logging
+import shlex
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -67,6 +69,13 @@ def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
     print(f"sweep tables in {sweep_dir}/<job>/", flush=True)
 
 
+def _resume_command(sweep_dir: Path) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("hydra.sweep.dir=")]
+    return shlex.join(["python", "-m", "harness", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"])
+
+
 class RayLauncher(Launcher):
     def __init__(self) -> None:
         self.config: DictConfig | None = None
@@ -77,16 +86,33 @@ class RayLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import ray
+        from harness.config import ConfigError
+        from harness.errors import RunAborted
+        from harness.lock import exclusive
 
-        from harness.config import ConfigError, EndpointSettings, HarnessConfig
-        from harness.run import ray_session, start_gateway
-
-        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        assert self.config is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with exclusive(sweep_dir, "sweep"):  # one live sweep per directory
+                return self._launch(sweep_dir, job_overrides, initial_job_idx)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        except RunAborted as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            sys.exit(1)
+
+    def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
+                initial_job_idx: int) -> Sequence[JobReturn]:
+        import ray
+
+        from harness.config import ConfigError, EndpointSettings, HarnessConfig
+        from harness.errors import RunAborted
+        from harness.run import ray_session, start_gateway
+
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         gateway_name = f"harness-gateway-{uuid.uuid4().hex[:8]}"
         configs: list[DictConfig] = []
         valid: list[HarnessConfig | None] = []
@@ -115,11 +141,20 @@ class RayLauncher(Launcher):
             log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
             served: list[EndpointSettings] = list(models.values())
-            start_gateway(served, first.cache, sweep_dir, stack, name=gateway_name)
+            _, servers = start_gateway(served, first.cache, sweep_dir, stack, name=gateway_name)
             remote_job = ray.remote(num_cpus=0, max_retries=0)(_run_job)
             singleton_state = Singleton.get_state()
             refs = [remote_job.options(name=f"job-{c.hydra.job.num}").remote(
                 self.hydra_context, self.task_function, c, singleton_state) for c in configs]
+            pending = list(refs)
+            while pending:  # the jobs depend on the shared model server: stop them all if it dies
+                _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+                for server in servers:
+                    if server.exit_code() is not None:
+                        raise RunAborted(
+                            f"the local model server died (exit code {server.exit_code()}; see "
+                            f"{server.log_path}); the episodes written so far are kept; resume with: "
+                            f"{_resume_command(sweep_dir)}")
             results: list[JobReturn] = ray.get(refs)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         _print_summary(sweep_dir, [Path(str(c.hydra.sweep.dir)) / str(c.hydra.sweep.subdir) for c in configs])
