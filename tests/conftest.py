@@ -74,13 +74,13 @@ class AgentRun:
         return [r for r in self.gateway.requests if r.purpose == purpose]
 
 
-def run_variant(*overrides: str) -> AgentRun:
+def run_variant(*overrides: str, gateway_type: type[RecordingGateway] = RecordingGateway) -> AgentRun:
     settings = scripted_settings(*overrides)
     workdir = Path(tempfile.mkdtemp(prefix="harness-test-"))
     spec = build_plan(settings, workdir)[0]
     answer_key = {t.question: t.answer for t in spec.tasks}
-    gateway = RecordingGateway(Gateway([settings.model, settings.embedder], answer_key=answer_key,
-                                       cache=settings.cache))
+    gateway = gateway_type(Gateway([settings.model, settings.embedder], answer_key=answer_key,
+                                   cache=settings.cache))
     sink = ListSink()
     outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
     return AgentRun(outcome, sink, gateway, workdir)

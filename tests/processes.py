@@ -1,0 +1,81 @@
+"""Starting the CLI as a process of its own, and finding the processes it started.
+
+A test touches only what it started: the harness runs in a session of its own
+(`start_new_session=True`), and Ray's processes stay in that session, so a process is ours when its
+session id is the run's pid. Never `pkill -f`: that reaches other users' runs on a shared machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["progress=false", "ray.include_dashboard=false"]
+
+
+def start_cli(*overrides: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "harness", *overrides], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def run_cli(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, start_new_session=True)
+
+
+def session_processes(session: int, marker: str) -> list[psutil.Process]:
+    """Live processes of the session whose command line (or Ray process title) contains `marker`."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE or os.getsid(process.pid) != session:
+                continue
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+        if marker in " ".join(process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+def wait_for(condition, timeout: float = 120, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def kill_9(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_until_session_gone(session: int, timeout: float = 60) -> None:
+    """Ray's processes of a killed run linger a few seconds; a crashed machine would have none."""
+    wait_for(lambda: not session_processes(session, ""), timeout, f"session {session} to end")
+
+
+def stop_session(process: subprocess.Popen[str]) -> None:
+    """Kill what a test started, if it is still there (a failed assertion must not leave a run)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    kill_9(session_processes(process.pid, ""))
