@@ -6,7 +6,9 @@ argument, and run to a result on that question inside the sandbox (agents/sandbo
 it registered, for this agent run alone, as the tool of that family. On later tasks of the family
 the tool runs in the sandbox first; its result becomes a hint in the prompt (`tool_use=hint`) or
 the submitted answer (`tool_use=answer`). Bad code and sandbox violations are recorded as events,
-never raised.
+never raised; each event records how the code was isolated (`kernel`, or `weak` when
+`variant.sandbox.weak=true`). Building the agent fails, naming that opt-in, where kernel
+isolation is unavailable.
 """
 
 from __future__ import annotations
@@ -128,4 +130,4 @@ class ToolLearningAgent(BaselineAgent):
                 output: str | None, error: str | None) -> None:
         self._events.append({"event": event, "tool_id": tool.tool_id, "family": tool.family,
                              "code": tool.code[:4000], "output": output[:500] if output else None,
-                             "error": error})
+                             "error": error, "isolation": self.sandbox.isolation})

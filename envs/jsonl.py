@@ -55,7 +55,14 @@ def read_tasks(path: Path) -> list[Task]:
         raise ValueError(f"{path}: no such task file")
     tasks: list[Task] = []
     first_line_of: dict[str, int] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    # Split the bytes, not the text: only \n, \r\n and \r end a line, as in an editor.
+    for number, data in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            raw = data.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            column = len(data[:error.start].decode("utf-8", errors="replace")) + 1
+            raise ValueError(f"{path.name} line {number}: not UTF-8 text (byte {data[error.start]:#04x} at "
+                             f"column {column}); save the file as UTF-8") from None
         if not raw.strip():
             continue
         try:

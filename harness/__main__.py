@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import ConfigError, HarnessConfig
+from harness.errors import RunAborted
 from harness.model_server import ModelServerError
 
 
@@ -27,6 +28,9 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, ModelServerError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except RunAborted as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the episodes finished so far are in {HydraConfig.get().runtime.output_dir}",
               file=sys.stderr)

@@ -7,11 +7,22 @@ field below is required unless absence has a meaning of its own.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict  # pydantic validates typing.TypedDict only from Python 3.12
 
 
 class ConfigError(ValueError):
@@ -73,6 +84,46 @@ class Scripted(_Strict):
     fail_attempts: int = Field(ge=0)
 
 
+def _stop_words(value: Any) -> Any:
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return value
+    raise ValueError("should be a string or a list of strings")
+
+
+# Strict: YAML and Hydra's override grammar already type numbers, so a string here is a typo, and
+# `true` is not 1.
+_Int = Annotated[int, Field(strict=True)]
+_Float = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+_Penalty = Annotated[_Float, Field(ge=-2, le=2)]
+
+
+@with_config(ConfigDict(extra="allow"))
+class CompletionParams(TypedDict, total=False):
+    """The sampling parameters litellm takes under these (OpenAI) names, checked here so that a bad
+    value stops the run instead of failing every call. Other keys go to the provider unchecked."""
+
+    temperature: Annotated[_Float, Field(ge=0)]
+    top_p: Annotated[_Float, Field(ge=0, le=1)]
+    top_k: _Int
+    max_tokens: Annotated[_Int, Field(gt=0)]
+    max_completion_tokens: Annotated[_Int, Field(gt=0)]
+    n: Annotated[_Int, Field(gt=0)]
+    seed: _Int
+    stop: Annotated[Any, AfterValidator(_stop_words)]
+    presence_penalty: _Penalty
+    frequency_penalty: _Penalty
+    logprobs: Annotated[bool, Field(strict=True)]
+    top_logprobs: Annotated[_Int, Field(ge=0, le=20)]
+
+
+_SET_BY_HARNESS = {
+    "model": "set it with model.name", "messages": "the agents write the messages",
+    "api_base": "set it with model.api_base", "api_key": "keys come from the provider's environment variable",
+    "timeout": "set it with model.timeout_s", "num_retries": "set it with model.max_retries",
+    "stream": "the gateway reads whole replies"}
+"""Completion arguments the gateway sets itself: in `model.params` they would clash with its own."""
+
+
 class EndpointSettings(_Strict):
     """A model the gateway serves: where it is, how hard to push it, what it costs."""
 
@@ -85,6 +136,13 @@ class EndpointSettings(_Strict):
     timeout_s: float = Field(gt=0)
     price: Price | None
 
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("should be an http:// or https:// URL, e.g. http://localhost:8080/v1")
+        return value
+
 
 class EmbedderSettings(EndpointSettings):
     """The embedding model memory variants use (conf/embedder/)."""
@@ -93,7 +151,8 @@ class EmbedderSettings(EndpointSettings):
 class ModelSettings(EndpointSettings):
     """The chat model agents act, reflect, distil and judge with (conf/model/)."""
 
-    params: dict[str, Any]
+    params: CompletionParams
+    """Sent with every call; agents may override some per call (a retry's temperature, a seed)."""
     local_server: LocalServer | None = None
     scripted: Scripted | None = None
 
@@ -106,6 +165,14 @@ class ModelSettings(EndpointSettings):
         """True when the harness must start the local server: the model is the one it serves."""
         return (self.local_server is not None and self.api_base is None
                 and self.name == f"openai/{self.local_server.alias}")
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _no_harness_arguments(cls, value: Any) -> Any:
+        for key in value if isinstance(value, dict) else ():
+            if key in _SET_BY_HARNESS:
+                raise ValueError(f"{key!r} is set by the harness, not here ({_SET_BY_HARNESS[key]})")
+        return value
 
     @model_validator(mode="after")
     def _scripted_needs_settings(self) -> ModelSettings:
@@ -152,6 +219,14 @@ class RaySettings(_Strict):
     include_dashboard: bool
     gateway: str | None
     """Name of a running gateway actor to share (the Ray launcher sets it for every job of a sweep)."""
+
+    @field_validator("address")
+    @classmethod
+    def _ray_address(cls, value: str | None) -> str | None:
+        host, _, port = (value or "").rpartition(":")
+        if value in (None, "auto", "local") or "://" in value or (host and port.isdigit()):
+            return value
+        raise ValueError('should be null, "auto", "local", "host:port" or "ray://host:port"')
 
 
 class CacheSettings(_Strict):
@@ -202,6 +277,25 @@ class HarnessConfig(_Strict):
             return cls.model_validate(data)
         except ValidationError as error:
             raise ConfigError(_one_line(error)) from None
+
+
+def check_output_dir(field: str, directory: str) -> None:
+    """Create a run's (or sweep's) output directory, as Hydra is about to; a path that cannot be one
+    is a ConfigError naming `field` (hydra.run.dir, hydra.sweep.dir)."""
+    path = Path(directory)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        what = "is a file, not a directory" if blocker.is_file() else "is not a directory"
+        raise ConfigError(f"invalid config: {field}: {blocker} {what}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"invalid config: {field}: cannot create {path} ({error.strerror})") from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise ConfigError(f"invalid config: {field}: cannot write in {path} ({error.strerror})") from None
 
 
 def _one_line(error: ValidationError) -> str:

@@ -3,7 +3,7 @@
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from harness.config import ConfigError, HarnessConfig
+from harness.config import ConfigError, HarnessConfig, check_output_dir
 from harness.gateway import check_model_name
 from harness.plan import build_plan
 from tests.conftest import CONF_DIR, compose_config, scripted_settings
@@ -50,12 +50,56 @@ def test_unknown_group_option_fails_with_hydras_error():
     ("model.scripted.accuracy=1.5", "model.scripted.accuracy"),
     ("stream.scenario=shuffled", "stream.scenario"),
     ("+model.surprise=1", "model.surprise"),
+    ("model.params.temperature=abc", "model.params.temperature"),
+    ("model.params.temperature=-0.5", "model.params.temperature"),
+    ("model.params.max_tokens=0", "model.params.max_tokens"),
+    ("model.params.max_tokens=true", "model.params.max_tokens"),
+    ("+model.params.top_p=1.5", "model.params.top_p"),
+    ("+model.params.stop=[1,2]", "model.params.stop"),
+    ("+model.params.timeout=5", "model.params"),
+    ("model.api_base=localhost:8080", "model.api_base"),
+    ("ray.address=garbage", "ray.address"),
 ])
 def test_invalid_values_fail_in_one_line_naming_the_field(override, field):
     with pytest.raises(ConfigError) as caught:
         scripted_settings(override)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"invalid config: {field}:")
+
+
+def test_a_completion_parameter_error_says_what_it_got():
+    with pytest.raises(ConfigError) as caught:
+        scripted_settings("model.params.temperature=abc")
+    assert str(caught.value) == ("invalid config: model.params.temperature: Input should be a valid number "
+                                 "(got 'abc')")
+
+
+def test_an_argument_the_gateway_sets_is_refused_in_params():
+    with pytest.raises(ConfigError, match=r"^invalid config: model.params: 'api_base' is set by the harness"):
+        scripted_settings("+model.params.api_base=http://x")
+
+
+@pytest.mark.parametrize("address", ["auto", "local", "10.0.0.5:6379", "ray://head:10001", "[::1]:6379"])
+def test_every_form_of_ray_address_is_accepted(address):
+    assert scripted_settings(f"ray.address='{address}'").ray.address == address
+
+
+def test_provider_specific_params_pass_through_as_a_plain_dict():
+    params = scripted_settings("+model.params.stop=[END]", "+model.params.repetition_penalty=1.1",
+                               "model.params.temperature=1").model.params
+    assert params == {"temperature": 1.0, "max_tokens": 48, "stop": ["END"], "repetition_penalty": 1.1}
+    assert type(params) is dict
+
+
+def test_an_output_dir_is_created_or_refused_in_one_line(tmp_path):
+    check_output_dir("hydra.run.dir", str(tmp_path / "a" / "b"))
+    assert (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "file").write_text("")
+    for directory in (tmp_path / "file", tmp_path / "file" / "sub"):
+        with pytest.raises(ConfigError) as caught:
+            check_output_dir("hydra.sweep.dir", str(directory))
+        assert str(caught.value) == (f"invalid config: hydra.sweep.dir: {tmp_path}/file is a file, "
+                                     "not a directory")
 
 
 def test_unknown_provider_fails_naming_the_model_field():

@@ -1,13 +1,38 @@
-"""The sandbox: model-written code runs with no network, no writes outside, bounded CPU and memory."""
+"""The sandbox: model-written code runs with no network, no writes outside, bounded CPU and memory.
+
+These limits hold in both isolations; tests/agents/test_sandbox_attacks.py shows what only the kernel
+isolation stops (hostile code that switches the audit hook off)."""
 
 import pytest
 
-from agents.sandbox import Sandbox
+import agents.sandbox
+from agents.sandbox import Sandbox, kernel_isolation_problem
+
+NO_KERNEL_ISOLATION = kernel_isolation_problem()
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    return Sandbox(cpu_s=1, wall_s=3, memory_mb=256, output_bytes=10_000)
+@pytest.fixture(scope="module", params=["kernel", "weak"])
+def sandbox(request):
+    if request.param == "kernel" and NO_KERNEL_ISOLATION:
+        pytest.skip(f"no kernel isolation here: {NO_KERNEL_ISOLATION}")
+    return Sandbox(cpu_s=1, wall_s=3, memory_mb=256, output_bytes=10_000, weak=request.param == "weak")
+
+
+@pytest.fixture
+def no_namespaces(monkeypatch):
+    monkeypatch.setattr(agents.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
+
+
+def test_without_kernel_isolation_the_weak_sandbox_must_be_asked_for(no_namespaces):
+    with pytest.raises(ValueError) as refused:
+        Sandbox()
+    assert "variant.sandbox.weak=true" in str(refused.value) and "\n" not in str(refused.value)
+    result = Sandbox(weak=True).run("def tool(q):\n    return q.upper()", "abc")
+    assert result.ok and result.value == "ABC" and result.isolation == "weak"
+
+
+def test_each_result_says_how_it_was_isolated(sandbox):
+    assert sandbox.run("def tool(q):\n    return q", "x").isolation == sandbox.isolation
 
 
 def test_a_well_behaved_tool_returns_its_value(sandbox):

@@ -2,7 +2,11 @@
 
 import asyncio
 
+import pytest
+
+import agents.sandbox
 from agents.base import AttemptResult, Feedback
+from agents.sandbox import kernel_isolation_problem
 from agents.tool_learning import ToolLearningAgent, check_tool_code, extract_code
 from envs.base import Task, TaskView
 from envs.countries import CountryFacts
@@ -13,6 +17,8 @@ from tests.conftest import run_variant
 
 FRANCE = next(t for t in CountryFacts().tasks() if t.task_id == "capital:FRA")
 GOOD_TOOL = "```python\ndef tool(question):\n    return 'Paris'\n```"
+ISOLATION = "kernel" if kernel_isolation_problem() is None else "weak"
+SANDBOX = {"weak": ISOLATION == "weak"}  # only where this machine has no namespaces
 
 
 class FakeModel:
@@ -50,10 +56,10 @@ def test_code_checks():
 
 def test_a_tool_that_passes_its_sandboxed_trial_is_registered_and_used_on_the_next_task():
     llm = FakeModel({"toolgen": GOOD_TOOL, "act": "Lyon"})
-    agent = ToolLearningAgent(llm=llm, tool_use="answer")
+    agent = ToolLearningAgent(llm=llm, tool_use="answer", sandbox=SANDBOX)
     rows = learn_from_failure(agent)
     assert [e["event"] for e in rows["tool_events"]] == ["registered"]
-    assert rows["tool_events"][0]["output"] == "Paris"
+    assert rows["tool_events"][0]["output"] == "Paris" and rows["tool_events"][0]["isolation"] == ISOLATION
     results = asyncio.run(agent.run_task(OneTaskTrial(FRANCE, llm)))
     assert results[-1].success and [p for p, _ in llm.calls] == ["toolgen"]  # no act call needed
     assert [e["event"] for e in agent.take_rows()["tool_events"]] == ["used"]
@@ -61,7 +67,7 @@ def test_a_tool_that_passes_its_sandboxed_trial_is_registered_and_used_on_the_ne
 
 def test_as_a_hint_the_tool_result_goes_into_the_prompt():
     llm = FakeModel({"toolgen": GOOD_TOOL, "act": "Paris"})
-    agent = ToolLearningAgent(llm=llm, tool_use="hint")
+    agent = ToolLearningAgent(llm=llm, tool_use="hint", sandbox=SANDBOX)
     learn_from_failure(agent)
     asyncio.run(agent.run_task(OneTaskTrial(FRANCE, llm)))
     purpose, messages = llm.calls[-1]
@@ -73,7 +79,8 @@ def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
                          ("```python\ndef tool(q):\n    import socket\n    socket.socket()\n```",
                           "not allowed"),
                          ("```python\ndef tool(q):\n    while True:\n        pass\n```", "CPU-time limit")]:
-        agent = ToolLearningAgent(llm=FakeModel({"toolgen": code}), sandbox={"cpu_s": 1, "wall_s": 3})
+        agent = ToolLearningAgent(llm=FakeModel({"toolgen": code}),
+                                  sandbox={"cpu_s": 1, "wall_s": 3, **SANDBOX})
         rows = learn_from_failure(agent)
         [event] = rows["tool_events"]
         assert event["event"] == "rejected" and reason in event["error"]
@@ -81,16 +88,26 @@ def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
 
 
 def test_no_tool_is_written_after_a_success_by_default():
-    agent = ToolLearningAgent(llm=FakeModel({}))
+    agent = ToolLearningAgent(llm=FakeModel({}), sandbox=SANDBOX)
     success = AttemptResult(number=1, response="Paris", steps=1, success=True, score=1.0,
                             judge_score=None, reward=1.0)
     asyncio.run(agent.learn(Feedback(task=TaskView.of(FRANCE), attempts=[success])))
     assert agent.take_rows() == {}
 
 
+def test_without_kernel_isolation_the_agent_is_not_built_unless_weak_is_asked_for(monkeypatch):
+    monkeypatch.setattr(agents.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
+    with pytest.raises(ValueError, match=r"variant\.sandbox\.weak=true"):
+        ToolLearningAgent(llm=FakeModel({}))
+    agent = ToolLearningAgent(llm=FakeModel({"toolgen": GOOD_TOOL}), sandbox={"weak": True})
+    assert [e["isolation"] for e in learn_from_failure(agent)["tool_events"]] == ["weak"]
+
+
 def test_tool_learning_runs_through_the_gateway_and_records_toolgen_calls():
-    run = run_variant("variant=tool_learning", "model.scripted.accuracy=0", "stream.num_tasks=3")
+    weak = [f"variant.sandbox.weak={SANDBOX['weak']}".lower()]
+    run = run_variant("variant=tool_learning", "model.scripted.accuracy=0", "stream.num_tasks=3", *weak)
     assert len(run.requests("toolgen")) == 3
     # the scripted model writes no code, so every tool is rejected and the run goes on
     assert [e["event"] for e in run.rows["tool_events"]] == ["rejected"] * 3
+    assert {e["isolation"] for e in run.rows["tool_events"]} == {ISOLATION}
     assert all(e["overhead_tokens"] > 0 for e in run.rows["episodes"])

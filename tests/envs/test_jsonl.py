@@ -48,6 +48,22 @@ def test_a_bad_file_names_the_line_and_field(tmp_path, rows, raw, message):
     assert str(caught.value).startswith(message)
 
 
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"id": "q1", "question": "2+2?", "answer": "4"}\n'
+                     b'{"id": "q2", "question": "\xc3\xa9caf\xe9?", "answer": "y"}\n')
+    with pytest.raises(ValueError) as caught:
+        JsonlTasks(path=str(path))
+    assert str(caught.value).startswith("t.jsonl line 2: not UTF-8 text (byte 0xe9 at column 31)")
+
+
+def test_a_byte_order_mark_and_unicode_line_separators_are_text(tmp_path):
+    row = {"id": "q1", "question": "one\u2028two", "answer": "x"}
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(row, ensure_ascii=False).encode() + b"\r\n")
+    assert [t.question for t in JsonlTasks(path=str(path)).tasks()] == ["one\u2028two"]
+
+
 def test_the_run_refuses_to_start_on_a_bad_line(tmp_path):
     path = write(tmp_path / "t.jsonl", [*GOOD[:2], {"id": "q3", "question": "x"}])
     with pytest.raises(ConfigError, match=r"^invalid config: env: ValueError: t.jsonl line 3: answer"):

@@ -1,0 +1,181 @@
+"""Faults around a run: one live run per directory, nothing left running after a kill -9, and a
+run whose gateway, writer or model server dies stops with one line saying what died and the exact
+command that resumes it, which then finishes the run without a duplicate."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from harness.lock import DirectoryInUse, exclusive
+from harness.resume import finished_episodes
+from tests.processes import (
+    QUIET,
+    ROOT,
+    gone,
+    kill_9,
+    run_cli,
+    session_processes,
+    start_cli,
+    stop_session,
+    wait_for,
+    wait_until_session_gone,
+)
+
+SCRIPTED = ["model=scripted", "embedder=hashing", *QUIET, "output.flush_interval_s=0.2"]
+
+
+def episodes(run_dir: Path) -> pl.DataFrame:
+    return pl.read_parquet(run_dir / "episodes" / "*.parquet")
+
+
+def test_a_second_run_into_a_live_run_directory_is_refused_in_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*SCRIPTED, "stream.num_tasks=20", "model.scripted.latency_s=0.3", "cache.enabled=false",
+            f"hydra.run.dir={run_dir}"]
+    first = start_cli(*args)
+    try:
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 1, 120, "the first run's episodes")
+        second = run_cli(*args, timeout=120)
+        output, _ = first.communicate(timeout=300)
+    finally:
+        stop_session(first)
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [second.stderr.strip()]  # one line
+    assert f"is in use by another live harness run (pid {first.pid} " in second.stderr
+    assert "Ray" not in second.stdout + second.stderr
+    assert first.returncode == 0, output[-2000:]
+    written = episodes(run_dir)
+    assert written.height == 20 and written["episode_id"].is_unique().all()
+
+
+def test_two_runs_started_at_the_same_instant_one_runs_the_other_says_why(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*SCRIPTED, "stream.num_tasks=10", "cache.enabled=false", f"hydra.run.dir={run_dir}"]
+    racers = [start_cli(*args) for _ in range(2)]
+    try:
+        results = [(p.communicate(timeout=300)[0], p.returncode) for p in racers]
+    finally:
+        for process in racers:
+            stop_session(process)
+    assert sorted(code for _, code in results) == [0, 2], results
+    loser = next(output for output, code in results if code == 2)
+    assert loser.strip().startswith("error: ") and "in use by another live harness run" in loser
+    assert len(loser.strip().splitlines()) == 1
+    assert episodes(run_dir).height == 10
+
+
+def test_the_lock_dies_with_its_holder(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, pathlib; from harness.lock import exclusive\n"
+        f"with exclusive(pathlib.Path({str(tmp_path)!r})):\n"
+        "    print('held', flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DirectoryInUse, match=f"pid {holder.pid} "), exclusive(tmp_path):
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with exclusive(tmp_path):  # kill -9 left no stale lock
+        fd = os.open(tmp_path / ".lock", os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
+
+
+def test_a_live_sweep_directory_is_refused_too(tmp_path):
+    with exclusive(tmp_path / "sweep", "sweep"):
+        result = run_cli("-m", "seed=0,1", *SCRIPTED, f"hydra.sweep.dir={tmp_path / 'sweep'}", timeout=120)
+    assert result.returncode == 2
+    assert "is in use by another live harness sweep" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_an_unwritable_cache_directory_is_refused_before_anything_starts(tmp_path):
+    result = run_cli(*SCRIPTED, "cache.enabled=true", "cache.dir=/proc/harness-cache",
+                     f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(
+        "error: invalid config: cache.dir: cannot write to /proc/harness-cache")
+    assert len(result.stderr.strip().splitlines()) == 1 and "Ray" not in result.stdout
+
+
+def resume_command(output: str) -> list[str]:
+    line = output.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "resume with: " in line, output[-2000:]
+    command = shlex.split(line.split("resume with: ", 1)[1])
+    assert command[:3] == ["python", "-m", "harness"]
+    return [sys.executable, *command[1:]]
+
+
+@pytest.mark.parametrize("part, marker", [("the gateway actor", "ray::GatewayActor"),
+                                          ("the writer actor", "ray::TableWriter")])
+def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):
+    run_dir = tmp_path / "run"
+    process = start_cli(*SCRIPTED, "stream.num_tasks=40", "model.scripted.latency_s=0.1", "seeds=[0,1]",
+                        f"cache.dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}")
+    try:
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 5, 120, "some episodes")
+        victims = session_processes(process.pid, marker)
+        assert len(victims) == 1
+        kill_9(victims)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        stop_session(process)
+    assert process.returncode == 1, output[-2000:]
+    assert output.strip().splitlines()[-1].startswith(f"error: {part} died")
+    assert "Traceback" not in output
+    command = resume_command(output)
+    assert f"hydra.run.dir={run_dir}" in command
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    written = episodes(run_dir)
+    assert written.height == 80 and written["episode_id"].is_unique().all()
+    assert written["error"].null_count() == 80
+
+
+@pytest.mark.e2e
+def test_the_local_model_server_dies_with_the_run_that_started_it(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start_cli(*QUIET, "stream.num_tasks=200", "cache.enabled=false", f"hydra.run.dir={run_dir}")
+    try:
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 1, 180, "the first episode")
+        servers = session_processes(process.pid, "llama_cpp.server")
+        assert len(servers) == 1
+        process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM killer would
+        process.wait()
+        wait_for(lambda: gone(servers[0].pid), 15, "the model server to die with its parent")
+        # Ray's head dies with its driver; its agents notice their raylet is gone within ~90 s.
+        wait_until_session_gone(process.pid, timeout=150)
+    finally:
+        stop_session(process)
+
+
+@pytest.mark.e2e
+def test_a_dead_model_server_stops_the_run_with_the_command_that_resumes_it(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start_cli(*QUIET, "stream.num_tasks=30", "cache.enabled=false", f"hydra.run.dir={run_dir}")
+    try:
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 3, 180, "some episodes")
+        kill_9(session_processes(process.pid, "llama_cpp.server"))
+        output, _ = process.communicate(timeout=120)
+    finally:
+        stop_session(process)
+    assert process.returncode == 1, output[-2000:]
+    assert output.strip().splitlines()[-1].startswith("error: the local model server died (exit code -9")
+    resumed = subprocess.run(resume_command(output), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    written = episodes(run_dir)
+    assert written.height == 30 and written["episode_id"].is_unique().all()
+    assert written["error"].null_count() == 30  # no episode was recorded as failed by the outage
