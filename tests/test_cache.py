@@ -45,3 +45,29 @@ def test_a_different_scripted_model_does_not_share_answers(tmp_path):
                         "model.scripted.accuracy=1")
     assert not any(c["cached"] for c in other.rows["llm_calls"])
     assert all(e["success"] for e in other.rows["episodes"])
+
+
+def test_one_shared_gateway_honours_each_runs_own_cache_settings(tmp_path):
+    """A sweep's jobs share one gateway: `-m cache.charge=true,false` must bill each job its own way."""
+    settings = scripted_settings("cache.enabled=true", f"cache.dir={tmp_path}",
+                                 "model.price.input_per_token=0.001")
+    gateway = Gateway([settings.model, settings.embedder], cache=settings.cache)
+    charged = settings.cache
+    free = charged.model_copy(update={"charge": False})
+    off = charged.model_copy(update={"enabled": False})
+    for run_id, cache in (("charged", charged), ("free", free), ("off", off)):
+        asyncio.run(gateway.open_run(run_id, settings.budget, cache))
+
+    def ask(run_id: str):
+        request = CallRequest(model="scripted/oracle", purpose="act", run_id=run_id, task_id="t",
+                              attempt=1, messages=[{"role": "user", "content": "capital of France?"}],
+                              params={"temperature": 0.0})
+        return asyncio.run(gateway.call(request)).record
+
+    first = ask("charged")
+    assert not first.cached and first.cost_usd > 0
+    again, gratis, uncached = ask("charged"), ask("free"), ask("off")
+    assert again.cached and again.cost_usd == first.cost_usd
+    assert gratis.cached and gratis.cost_usd == 0
+    assert not uncached.cached and uncached.cost_usd == first.cost_usd
+    assert gateway.provider_calls == 2
