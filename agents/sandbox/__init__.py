@@ -1,0 +1,218 @@
+"""Run model-written Python (`def tool(question) -> str`) where it can reach nothing of ours.
+
+Kernel isolation (Linux; `isolation="kernel"`), in the order the layers are built:
+1. Stage 1, `python -I -S` with an environment of only PATH, in its own session, is SIGKILLed if
+   the calling thread dies. It unshares mount, PID, network, IPC and UTS namespaces (plus a user
+   namespace mapping only its own uid when it is not root) and forks PID 1 of the new PID
+   namespace. When PID 1 ends, the kernel kills every process left in the namespace, setsid or not.
+2. PID 1 builds a new root on a tiny tmpfs: read-only binds of the standard library (with empty
+   read-only tmpfs over every directory of installed packages), the system libraries and
+   /dev/null, and a writable, size-limited /work. There is no /proc, /sys, /etc, /tmp, home,
+   cache, output directory or socket in it. It chroots there and forks the tool process.
+3. The tool process drops everything: a fresh uid per run when we are root (no capabilities in
+   its user namespace otherwise), an empty capability bounding set, no_new_privs, on x86-64 a
+   seccomp filter (no ptrace, namespaces, mounts, keyrings, bpf, io_uring or sockets), and
+   rlimits: CPU seconds, address space, file size (the output cap), open files, and processes
+   (by default it cannot fork). It closes every inherited descriptor, then installs the Python
+   audit hook of the weak mode (defence in depth only: Python code can switch it off) and calls
+   tool(argument).
+4. Stage 1 enforces the wall clock (SIGKILL to PID 1 takes the namespace down), reads stdout and
+   the result out of /work without following links, and reports one JSON line.
+`run` returns only after every process of the sandbox is gone.
+
+Guaranteed by the kernel: no network at all; of the host's files only the standard library (without
+installed packages) and /usr/lib, /usr/lib64 are readable, and none is writable; no other process
+is visible or reachable; CPU, memory, disk, descriptors and processes are bounded; nothing outlives
+the run. Not guaranteed: safety from kernel bugs (the seccomp filter narrows that surface, on x86-64
+only); timing side channels; the tool's answer, which is whatever the code returns.
+
+Weak isolation (`weak=True`, `isolation="weak"`) is the old plain subprocess with rlimits, a network
+namespace when allowed and the audit hook. It stops honest mistakes, not an adversary: it must be
+asked for (`variant.sandbox.weak=true`); without it, `Sandbox()` refuses to run where kernel
+isolation is unavailable. A violation ends the run with an error; it never raises into the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import glob
+import json
+import os
+import secrets
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+WEAK_OPT_IN = "variant.sandbox.weak=true"
+TOOL_UIDS = range(1 << 30, (1 << 30) + (1 << 24))
+"""When we are root, each kernel-isolated run gets its own uid from here (so RLIMIT_NPROC counts
+only that run's processes)."""
+_ENV = {"PATH": "/usr/bin:/bin"}
+_WORK_MB = 64
+
+
+class SandboxResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    value: str | None
+    error: str | None
+    stdout: str
+    isolation: Literal["kernel", "weak"]
+    """kernel: own namespaces, a root holding only the standard library, no privileges; weak: a plain
+    subprocess with rlimits and an audit hook (only when asked for with `weak=True`)."""
+
+
+class Sandbox:
+    def __init__(self, cpu_s: int = 2, wall_s: float = 5.0, memory_mb: int = 256,
+                 output_bytes: int = 64_000, weak: bool = False, max_processes: int = 1) -> None:
+        if not weak and (problem := kernel_isolation_problem()) is not None:
+            raise ValueError(f"kernel sandbox unavailable here ({problem}); to run tools in the weak "
+                             f"subprocess sandbox instead, opt in with {WEAK_OPT_IN}")
+        self.cpu_s = cpu_s
+        self.wall_s = wall_s
+        self.memory_mb = memory_mb
+        self.output_bytes = output_bytes
+        self.max_processes = max_processes
+        """Processes the tool may have at once, itself included (kernel isolation only): 1, no fork."""
+        self.isolation: Literal["kernel", "weak"] = "weak" if weak else "kernel"
+
+    def run(self, code: str, argument: str) -> SandboxResult:
+        config = {"code": code, "argument": argument, "cpu_s": self.cpu_s, "memory_mb": self.memory_mb,
+                  "output_bytes": self.output_bytes, "max_processes": self.max_processes}
+        launch = _run_weak if self.isolation == "weak" else _run_kernel
+        stdout, result, failure = launch(config, self.wall_s)
+        if failure == "timeout":
+            failure = f"wall-time limit of {self.wall_s:g} s exceeded"
+        return self._result(stdout, result, failure)
+
+    async def arun(self, code: str, argument: str) -> SandboxResult:
+        return await asyncio.to_thread(self.run, code, argument)
+
+    def _result(self, raw: bytes, result: str | None, failure: str | None) -> SandboxResult:
+        stdout = raw[: self.output_bytes].decode(errors="replace")
+        if failure is not None and len(raw) >= self.output_bytes:
+            failure = f"output size limit of {self.output_bytes} bytes exceeded"  # writes fail with EFBIG
+            stdout = stdout[-200:]
+        if failure is None and result is not None:
+            try:
+                value = json.loads(result)["value"]
+                return SandboxResult(ok=True, value=value, error=None, stdout=stdout,
+                                     isolation=self.isolation)
+            except (ValueError, KeyError, TypeError):
+                failure = "no readable result"
+        if failure is None:
+            failure = "no result"
+        last_line = next((line for line in reversed(stdout.strip().splitlines()) if line.strip()), "")
+        error = f"{failure}: {last_line[:200]}" if last_line else failure
+        return SandboxResult(ok=False, value=None, error=error[:500], stdout=stdout, isolation=self.isolation)
+
+
+@functools.cache
+def kernel_isolation_problem() -> str | None:
+    """Why kernel isolation does not work here, or None when it does (probed once per process)."""
+    if sys.platform != "linux":
+        return f"it needs Linux namespaces, this is {sys.platform}"
+    probe = {"code": "def tool(q):\n    return q", "argument": "probe", "cpu_s": 5, "memory_mb": 256,
+             "output_bytes": 10_000, "max_processes": 1}
+    try:
+        stdout, result, failure = _run_kernel(probe, wall_s=20)
+    except OSError as error:
+        return str(error)
+    if failure is None and result == '{"value": "probe"}':
+        return None
+    last = stdout.decode(errors="replace").strip().splitlines()[-1:]
+    return (failure or "no result") + (f": {last[0][:200]}" if last else "")
+
+
+Report = tuple[bytes, str | None, str | None]
+"""What a launch hands back: stdout, the result file's text, and why it failed (None: it did not)."""
+
+
+def _user_namespace() -> bool:
+    """Whether the sandbox needs a user namespace of its own (to get the rights root has anyway)."""
+    return os.geteuid() != 0
+
+
+def _run_kernel(config: dict[str, Any], wall_s: float) -> Report:
+    userns = _user_namespace()
+    config = {**config, "host_pid": os.getpid(), "deadline": time.monotonic() + wall_s, "userns": userns,
+              "uid": os.geteuid() if userns else TOOL_UIDS[secrets.randbelow(len(TOOL_UIDS))],
+              "masks": _package_dirs(), "work_mb": _WORK_MB}
+    process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _inside_source("_inside_stage1")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=_ENV, start_new_session=True)
+    try:  # stage 1 keeps the wall clock; this only guards against stage 1 itself hanging
+        out, err = process.communicate(json.dumps(config).encode(), timeout=wall_s + 10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return b"", None, "timeout"
+    try:
+        report = json.loads(out.splitlines()[-1])
+    except (IndexError, ValueError):
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {process.returncode}"]
+        return b"", None, f"sandbox failed to start: {last[0][:300]}"
+    stdout = base64.b64decode(report.get("stdout", ""))
+    if "error" in report:
+        return stdout, None, f"sandbox setup failed: {report['error']}"
+    if report.get("timeout"):
+        return stdout, report.get("result"), "timeout"
+    return stdout, report.get("result"), _exit_reason(os.waitstatus_to_exitcode(report["status"]))
+
+
+def _run_weak(config: dict[str, Any], wall_s: float) -> Report:
+    with tempfile.TemporaryDirectory(prefix="harness-sandbox-") as workdir:
+        root = Path(workdir)
+        with (root / "stdout.txt").open("wb") as stdout:
+            process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _inside_source("_inside_weak")],
+                                       cwd=root, stdin=subprocess.PIPE, stdout=stdout,
+                                       stderr=subprocess.STDOUT, env=_ENV, start_new_session=True)
+            try:
+                process.communicate(json.dumps(config).encode(), timeout=wall_s)
+                failure = _exit_reason(process.returncode)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                failure = "timeout"
+        result_file = root / "result.json"
+        result = result_file.read_text(errors="replace") if result_file.is_file() else None
+        return (root / "stdout.txt").read_bytes(), result, failure
+
+
+def _exit_reason(code: int) -> str | None:
+    if code == 0:
+        return None
+    if code < 0:
+        names = {signal.SIGXCPU: "CPU-time limit exceeded", signal.SIGXFSZ: "output size limit exceeded",
+                 signal.SIGKILL: "killed", signal.SIGSEGV: "crashed"}
+        return names.get(signal.Signals(-code), f"killed by signal {signal.Signals(-code).name}")
+    return f"exited with code {code}"
+
+
+@functools.cache
+def _package_dirs() -> list[str]:
+    """Directories of installed packages, to be hidden where they lie inside the bound stdlib."""
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    dirs |= {sysconfig.get_paths(vars=base)[k] for k in ("purelib", "platlib")}
+    dirs |= {*site.getsitepackages(), site.getusersitepackages()}
+    dirs |= {p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))}
+    dirs |= {*glob.glob("/usr/lib/python3*/dist-packages"), *glob.glob("/usr/lib/python3*/site-packages")}
+    return sorted({os.path.realpath(d) for d in dirs if os.path.isdir(d)})
+
+
+@functools.cache
+def _inside_source(entry: str) -> str:
+    """The program `python -I -S -c` runs: inside.py, then a call of `entry`."""
+    return (Path(__file__).with_name("inside.py")).read_text() + f"\n{entry}()\n"
