@@ -2,7 +2,7 @@
 
 After a task it failed (or any task, with `generate_on=always`), the agent asks the model (purpose
 toolgen) for a function `tool(question: str) -> str`. The code must parse, define `tool` with one
-argument, and run to a result on that question inside the sandbox (agents/sandbox.py); only then is
+argument, and run to a result on that question inside the sandbox (agents/sandbox/); only then is
 it registered, for this agent run alone, as the tool of that family. On later tasks of the family
 the tool runs in the sandbox first; its result becomes a hint in the prompt (`tool_use=hint`) or
 the submitted answer (`tool_use=answer`). Bad code and sandbox violations are recorded as events,
