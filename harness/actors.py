@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import warnings
 from typing import Any
 
 import ray
@@ -88,10 +89,12 @@ class WorkerReport(BaseModel):
 
 
 class AgentWorker:
-    def __init__(self, gateway: ray.actor.ActorHandle, writer: ray.actor.ActorHandle) -> None:
-        self.gateway = ActorGatewayLink(gateway)
-        self.writer = writer
-        self.sink = ActorSink(writer)
+    def __init__(self, gateway: str, writer: str) -> None:
+        """By actor name, not handle: a restarted worker looks its peers up again (handles passed as
+        constructor arguments would live in the object store, which a restart must not rely on)."""
+        self.gateway = ActorGatewayLink(ray.get_actor(gateway))
+        self.writer = ray.get_actor(writer)
+        self.sink = ActorSink(self.writer)
         self._environments: dict[str, Environment] = {}
 
     def _environment(self, env_cfg: dict[str, Any]) -> Environment:
@@ -111,7 +114,7 @@ class AgentWorker:
         return seconds
 
     async def run(self, specs: list[AgentRunSpec]) -> WorkerReport:
-        if ray.get_runtime_context().was_current_actor_reconstructed:
+        if _restarted():
             # Ray restarted this worker after its process died and retries this call: carry on
             # from what the writer has, as a resume would (replay finished episodes, run the rest).
             finished = set(await self.writer.restart_runs.remote([s.run_id for s in specs]))
@@ -124,3 +127,10 @@ class AgentWorker:
         finally:
             await self.sink.drain()
         return WorkerReport(outcomes=list(outcomes), env_setup_s=setup_s)
+
+
+def _restarted() -> bool:
+    """Whether Ray restarted this actor after its process died."""
+    with warnings.catch_warnings():  # Ray 2.60's own property trips its deprecated actor_id
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)

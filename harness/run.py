@@ -95,8 +95,8 @@ def _run_locked(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pat
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
             answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
                           if settings.model.is_scripted else None)
-            gateway, servers = _gateway(settings, answer_key, run_dir, stack)
-            outcomes = _execute(settings, specs, run_dir, gateway, servers, stack, manifest.env_setup_s)
+            gateway_name, servers = _gateway(settings, answer_key, run_dir, stack)
+            outcomes = _execute(settings, specs, run_dir, gateway_name, servers, stack, manifest.env_setup_s)
         manifest.status = "finished"
     except KeyboardInterrupt:
         manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -142,19 +142,20 @@ def start_gateway(models: list[EndpointSettings], cache: CacheSettings, log_dir:
 
 
 def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir: Path,
-             stack: contextlib.ExitStack) -> tuple[ray.actor.ActorHandle, list[LocalModelServer]]:
-    """The sweep's shared gateway when a launcher started one (ray.gateway), else this job's own
-    (with the local model servers this job started, which it watches)."""
+             stack: contextlib.ExitStack) -> tuple[str, list[LocalModelServer]]:
+    """The name of the sweep's shared gateway when a launcher started one (ray.gateway), else of
+    this job's own (with the local model servers this job started, which it watches)."""
     models: list[EndpointSettings] = [settings.model, settings.embedder]
     if settings.ray.gateway is None:
         name = f"gateway {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        return start_gateway(models, settings.cache, run_dir, stack, name=name, answer_key=answer_key)
+        _, servers = start_gateway(models, settings.cache, run_dir, stack, name=name, answer_key=answer_key)
+        return name, servers
     gateway = ray.get_actor(settings.ray.gateway)
     ray.get(gateway.register.remote(models, None, answer_key))
     if settings.model.serves_locally and not ray.get(gateway.serves_locally.remote(settings.model.name)):
         raise ConfigError(f"invalid config: ray.gateway: {settings.ray.gateway} does not serve "
                           f"{settings.model.name} locally")
-    return gateway, []
+    return settings.ray.gateway, []
 
 
 def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
@@ -177,14 +178,15 @@ def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec
 
 
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-             gateway: ray.actor.ActorHandle, servers: list[LocalModelServer], stack: contextlib.ExitStack,
+             gateway_name: str, servers: list[LocalModelServer], stack: contextlib.ExitStack,
              env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]  # resumed runs already done
     if not specs:
         return []
     # Readable actor names on the dashboard (variant, env, seeds), unique per job.
     job = f"{settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-    writer = ray.remote(num_cpus=0)(TableWriter).options(name=f"writer {job}").remote(
+    writer_name = f"writer {job}"
+    writer = ray.remote(num_cpus=0)(TableWriter).options(name=writer_name).remote(
         str(run_dir), settings.output.flush_interval_s)
     n_workers = min(settings.ray.num_workers, len(specs))
     assignments = [specs[i::n_workers] for i in range(n_workers)]
@@ -192,10 +194,11 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     # the writer holds (AgentWorker.run), so the run ends with the rows of an uninterrupted one.
     workers = [ray.remote(num_cpus=0, max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS)(
         AgentWorker).options(name=f"agents {job} seeds {','.join(str(s.seed) for s in batch)} #{i}")
-        .remote(gateway, writer) for i, batch in enumerate(assignments)]
+        .remote(gateway_name, writer_name) for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
     # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
+    gateway = ray.get_actor(gateway_name)
     ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)

@@ -27,7 +27,6 @@ from tests.processes import (
     start_cli,
     stop_session,
     wait_for,
-    wait_until_session_gone,
 )
 
 SCRIPTED = ["model=scripted", "embedder=hashing", *QUIET, "output.flush_interval_s=0.2"]
@@ -37,29 +36,12 @@ def episodes(run_dir: Path) -> pl.DataFrame:
     return pl.read_parquet(run_dir / "episodes" / "*.parquet")
 
 
-def test_a_second_run_into_a_live_run_directory_is_refused_in_one_line(tmp_path):
+def test_of_two_runs_into_one_directory_one_runs_the_other_says_who_holds_it(tmp_path):
+    """Started at the same instant, as the worst case: whichever takes the lock runs; the other
+    exits 2 with one line naming the holder's pid, before Ray starts."""
     run_dir = tmp_path / "run"
-    args = [*SCRIPTED, "stream.num_tasks=20", "model.scripted.latency_s=0.3", "cache.enabled=false",
+    args = [*SCRIPTED, "stream.num_tasks=10", "model.scripted.latency_s=0.2", "cache.enabled=false",
             f"hydra.run.dir={run_dir}"]
-    first = start_cli(*args)
-    try:
-        wait_for(lambda: len(finished_episodes(run_dir)) >= 1, 120, "the first run's episodes")
-        second = run_cli(*args, timeout=120)
-        output, _ = first.communicate(timeout=300)
-    finally:
-        stop_session(first)
-    assert second.returncode == 2
-    assert second.stderr.strip().splitlines() == [second.stderr.strip()]  # one line
-    assert f"is in use by another live harness run (pid {first.pid} " in second.stderr
-    assert "Ray" not in second.stdout + second.stderr
-    assert first.returncode == 0, output[-2000:]
-    written = episodes(run_dir)
-    assert written.height == 20 and written["episode_id"].is_unique().all()
-
-
-def test_two_runs_started_at_the_same_instant_one_runs_the_other_says_why(tmp_path):
-    run_dir = tmp_path / "run"
-    args = [*SCRIPTED, "stream.num_tasks=10", "cache.enabled=false", f"hydra.run.dir={run_dir}"]
     racers = [start_cli(*args) for _ in range(2)]
     try:
         results = [(p.communicate(timeout=300)[0], p.returncode) for p in racers]
@@ -67,10 +49,13 @@ def test_two_runs_started_at_the_same_instant_one_runs_the_other_says_why(tmp_pa
         for process in racers:
             stop_session(process)
     assert sorted(code for _, code in results) == [0, 2], results
+    winner = next(p.pid for p, (_, code) in zip(racers, results, strict=True) if code == 0)
     loser = next(output for output, code in results if code == 2)
-    assert loser.strip().startswith("error: ") and "in use by another live harness run" in loser
-    assert len(loser.strip().splitlines()) == 1
-    assert episodes(run_dir).height == 10
+    assert loser.strip().startswith("error: ") and len(loser.strip().splitlines()) == 1
+    assert f"is in use by another live harness run (pid {winner} " in loser
+    assert "Ray" not in loser
+    written = episodes(run_dir)
+    assert written.height == 10 and written["episode_id"].is_unique().all()
 
 
 def test_the_lock_dies_with_its_holder(tmp_path):
@@ -121,10 +106,10 @@ def resume_command(output: str) -> list[str]:
                                           ("the writer actor", "ray::TableWriter")])
 def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):
     run_dir = tmp_path / "run"
-    process = start_cli(*SCRIPTED, "stream.num_tasks=40", "model.scripted.latency_s=0.1", "seeds=[0,1]",
+    process = start_cli(*SCRIPTED, "stream.num_tasks=20", "model.scripted.latency_s=0.1", "seeds=[0,1]",
                         f"cache.dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}")
     try:
-        wait_for(lambda: len(finished_episodes(run_dir)) >= 5, 120, "some episodes")
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 4, 120, "some episodes")
         victims = session_processes(process.pid, marker)
         assert len(victims) == 1
         kill_9(victims)
@@ -140,8 +125,8 @@ def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it
                              start_new_session=True)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     written = episodes(run_dir)
-    assert written.height == 80 and written["episode_id"].is_unique().all()
-    assert written["error"].null_count() == 80
+    assert written.height == 40 and written["episode_id"].is_unique().all()
+    assert written["error"].null_count() == 40
 
 
 @pytest.mark.e2e
@@ -155,8 +140,6 @@ def test_the_local_model_server_dies_with_the_run_that_started_it(tmp_path):
         process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM killer would
         process.wait()
         wait_for(lambda: gone(servers[0].pid), 15, "the model server to die with its parent")
-        # Ray's head dies with its driver; its agents notice their raylet is gone within ~90 s.
-        wait_until_session_gone(process.pid, timeout=150)
     finally:
         stop_session(process)
 
@@ -164,9 +147,9 @@ def test_the_local_model_server_dies_with_the_run_that_started_it(tmp_path):
 @pytest.mark.e2e
 def test_a_dead_model_server_stops_the_run_with_the_command_that_resumes_it(tmp_path):
     run_dir = tmp_path / "run"
-    process = start_cli(*QUIET, "stream.num_tasks=30", "cache.enabled=false", f"hydra.run.dir={run_dir}")
+    process = start_cli(*QUIET, "stream.num_tasks=12", "cache.enabled=false", f"hydra.run.dir={run_dir}")
     try:
-        wait_for(lambda: len(finished_episodes(run_dir)) >= 3, 180, "some episodes")
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 2, 180, "some episodes")
         kill_9(session_processes(process.pid, "llama_cpp.server"))
         output, _ = process.communicate(timeout=120)
     finally:
@@ -177,5 +160,5 @@ def test_a_dead_model_server_stops_the_run_with_the_command_that_resumes_it(tmp_
                              start_new_session=True)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     written = episodes(run_dir)
-    assert written.height == 30 and written["episode_id"].is_unique().all()
-    assert written["error"].null_count() == 30  # no episode was recorded as failed by the outage
+    assert written.height == 12 and written["episode_id"].is_unique().all()
+    assert written["error"].null_count() == 12  # no episode was recorded as failed by the outage
