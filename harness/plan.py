@@ -44,9 +44,38 @@ class AgentRunSpec(BaseModel):
     """The job's response-cache settings (a sweep's shared gateway honours each run's own)."""
     workdir: str
     """Directory for the agent's own files (its memory table)."""
+    settings: dict[str, Any] = {}
+    """Every behaviour-relevant setting, flattened (see `behaviour_settings`); the run id hashes it."""
     finished: list[str] = []
     """Episode ids already written by an earlier, interrupted run of this job (resume replays them
     without writing them again)."""
+
+
+BEHAVIOUR_GROUPS = ("variant", "env", "stream", "model", "embedder", "budget")
+"""Config groups whose values can change what a run does or spends. Left out: where outputs go, how
+Ray is used, progress bars, and the cache's location (answers are the same with or without it); the
+cache's billing policy is in, since it changes what a budget buys."""
+
+
+PACING = ("max_concurrency", "requests_per_minute")
+"""Endpoint settings that pace calls without changing any answer: not part of a run's identity."""
+
+
+def behaviour_settings(settings: HarnessConfig) -> dict[str, Any]:
+    """The settings that shape a run's behaviour, as one flat mapping of dotted keys."""
+    dumped = settings.model_dump(by_alias=True, mode="json")
+    flat: dict[str, Any] = {}
+    for group in BEHAVIOUR_GROUPS:
+        flat.update(_flatten(dumped[group], group))
+    flat["cache.charge"] = settings.cache.charge
+    return {key: value for key, value in flat.items()
+            if not (key.startswith(("model.", "embedder.")) and key.endswith(PACING))}
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for key, item in value.items() for k, v in _flatten(item, f"{prefix}.{key}").items()}
+    return {prefix: value}
 
 
 def probe_points(spec: AgentRunSpec) -> set[int]:
@@ -139,14 +168,11 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
         raise ConfigError(f"invalid config: stream.probe_size: {stream.probe_size} exceeds the stream's "
                           f"{wanted} tasks")
     specs = []
+    behaviour = behaviour_settings(settings)
     for seed in settings.seeds:
         task_set = sample_tasks(pool, wanted, seed)
         for order_seed in stream.order_seeds or [seed]:
-            identity = {"variant": settings.variant.model_dump(by_alias=True),
-                        "env": settings.env.model_dump(by_alias=True), "stream": stream.model_dump(),
-                        "model": settings.model.name, "params": settings.model.params,
-                        "embedder": settings.embedder.name, "budget": settings.budget.model_dump(),
-                        "seed": seed, "order_seed": order_seed}
+            identity = {**behaviour, "seed": seed, "order_seed": order_seed}
             digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
             specs.append(AgentRunSpec(
                 run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-o{order_seed}-{digest}",
@@ -155,5 +181,5 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
                 model_params=settings.model.params, embedder=settings.embedder.name,
-                budget=settings.budget, cache=settings.cache, workdir=str(run_dir)))
+                budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour))
     return specs

@@ -361,8 +361,42 @@ class ToolEventRow(Record):
     subprocess with rlimits and an audit hook, only with `variant.sandbox.weak=true`)."""
 
 
+class RunRow(Record):
+    """One agent run and every setting that shapes its behaviour: join any table on `run_id` to
+    compare runs by what they were configured with (e.g. a swept `variant.max_attempts`)."""
+
+    table: ClassVar[str] = "runs"
+
+    run_id: str
+    """Agent run id: variant, env, seed, order seed and a hash of `settings` (different settings never
+    share an id; the same settings always do, which resuming relies on)."""
+    variant: str
+    """Variant name (conf/variant/)."""
+    env: str
+    """Environment name (conf/env/)."""
+    seed: int
+    """Seed: picks the run's tasks (and their order unless order seeds are given)."""
+    order_seed: int
+    """Seed of the task order."""
+    scenario: str
+    """Stream scenario: sequential, interleaved or isolated."""
+    model: str
+    """litellm model string of the acting model."""
+    job: int | None
+    """Hydra job number within its sweep; null for a single run."""
+    overrides: str
+    """The command-line overrides of the job that ran it, as Hydra received them (space-separated)."""
+    settings: str
+    """Every behaviour-relevant setting as a JSON object of dotted keys (`variant.max_attempts`,
+    `model.params.temperature`, `model.scripted.accuracy`, `budget.max_tokens`, ...): what the run id
+    hashes, and what the summary and the report group runs by when it varies."""
+    started_at: dt.datetime
+    """UTC time the run's job started."""
+
+
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
-    Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, MemoryEventRow, PromptRow, ToolEventRow)}
+    Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, MemoryEventRow, PromptRow, ToolEventRow,
+    RunRow)}
 
 
 class AgentRunInfo(BaseModel):

@@ -41,7 +41,7 @@ def drop_orphans(run_dir: Path, finished: set[str], runs: Collection[str] | None
     table, keeping their model calls in `interrupted_calls`; returns how many rows went."""
     dropped = 0
     for table in TABLES:
-        if table in (Episode.table, InterruptedCall.table):
+        if table in (Episode.table, InterruptedCall.table) or "episode_id" not in TABLES[table].model_fields:
             continue
         for part in sorted((run_dir / table).glob("*.parquet")):
             rows = pq.read_table(part)

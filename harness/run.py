@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import ray
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from tqdm import tqdm
 
 from harness import HARNESS_ENV
@@ -43,7 +45,7 @@ from harness.lock import exclusive
 from harness.model_client import AgentModelClient, GatewayUnavailable
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan, episode_ids, expected_episodes
-from harness.records import TABLES, AgentRunInfo, Episode, Manifest
+from harness.records import TABLES, AgentRunInfo, Episode, Manifest, RunRow
 from harness.resume import drop_orphans, finished_episodes
 from harness.runner import RunOutcome, build_agent
 from harness.summary import count_rows, format_summary, read_table, summarize
@@ -197,6 +199,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         .remote(gateway_name, writer_name) for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
+    writer.append.remote(RunRow.table, _run_rows(specs, run_dir))
     # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
     gateway = ray.get_actor(gateway_name)
     ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
@@ -218,6 +221,21 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         for env, seconds in report.env_setup_s.items():
             env_setup_s.setdefault(env, []).append(seconds)
     return [o for report in reports for o in report.outcomes]
+
+
+def _run_rows(specs: list[AgentRunSpec], run_dir: Path) -> list[dict[str, Any]]:
+    """A `runs` row for each agent run not already described there (a resume adds none)."""
+    known = set(read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list())
+    job, overrides = None, []
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        overrides = list(hydra_cfg.overrides.task)
+        job = int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None
+    overrides = [o for o in overrides if not o.startswith(("ray.gateway=", "progress="))]
+    return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
+                   scenario=s.scenario, model=s.model, job=job, overrides=" ".join(overrides),
+                   settings=json.dumps(s.settings, sort_keys=True), started_at=_now()).model_dump()
+            for s in specs if s.run_id not in known]
 
 
 def _vital(what: str, ref: ray.ObjectRef, run_dir: Path) -> Any:
