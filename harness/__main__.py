@@ -20,7 +20,7 @@ def main(cfg: DictConfig) -> None:
     started = time.perf_counter()
     try:
         settings = HarnessConfig.from_dictconfig(cfg)
-        from harness.run import print_summary, run  # Ray and friends load only for a valid config
+        from harness.run import most_calls_failed, print_summary, run  # Ray loads only for a valid config
 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(resolved, dict)
@@ -36,6 +36,10 @@ def main(cfg: DictConfig) -> None:
               file=sys.stderr)
         sys.exit(130)
     print_summary(result, started)
+    failure = most_calls_failed(result.run_dir)
+    if failure is not None:
+        print(f"error: {failure}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ field below is required unless absence has a meaning of its own.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -142,6 +144,13 @@ class EndpointSettings(_Strict):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("should be an http:// or https:// URL, e.g. http://localhost:8080/v1")
         return value
+
+
+def endpoint_key(settings: EndpointSettings) -> str:
+    """Identifies a model together with all its settings: a sweep's shared gateway serves the same
+    model name with different settings (scripted accuracy, price, retries) side by side."""
+    dumped = json.dumps(settings.model_dump(mode="json"), sort_keys=True)
+    return f"{settings.name}#{hashlib.sha256(dumped.encode()).hexdigest()[:10]}"
 
 
 class EmbedderSettings(EndpointSettings):

@@ -23,7 +23,15 @@ from litellm import CustomLLM
 
 from harness.budget import Ledger
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
-from harness.config import BudgetSettings, CacheSettings, ConfigError, EndpointSettings, ModelSettings, Price
+from harness.config import (
+    BudgetSettings,
+    CacheSettings,
+    ConfigError,
+    EndpointSettings,
+    ModelSettings,
+    Price,
+    endpoint_key,
+)
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.errors import one_line
 from harness.limits import RateGate
@@ -34,6 +42,10 @@ from harness.scripted import ScriptedRouter
 litellm.suppress_debug_info = True
 log = logging.getLogger(__name__)
 
+FATAL = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
+"""Errors that say the model cannot be used at all (bad key, no access, no such model): never
+retried, and they stop the run (see harness.model_client.ModelUnavailable)."""
+FATAL_ERRORS = tuple(f"{kind.__name__}:" for kind in FATAL)
 RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
              litellm.InternalServerError, litellm.ServiceUnavailableError)
 MAX_BACKOFF_S = 30.0
@@ -41,14 +53,14 @@ LOCAL_API_KEY = "no-key-needed"
 NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
 
 
-def check_model_name(name: str) -> None:
+def check_model_name(name: str, field: str = "model.name") -> None:
     """Reject a model string litellm cannot route, before anything starts."""
     if name.split("/", 1)[0] in ("scripted", *EMBEDDING_PROVIDERS):
         return
     try:
         litellm.get_llm_provider(name)
     except Exception as error:
-        raise ConfigError(f"invalid config: model.name: litellm cannot route {name!r} "
+        raise ConfigError(f"invalid config: {field}: litellm cannot route {name!r} "
                           f"(unknown provider; expected e.g. openai/gpt-4o-mini): "
                           f"{one_line(error)}") from None
 
@@ -57,13 +69,15 @@ class Gateway:
     def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
                  answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None) -> None:
         """`local_servers` maps a model name to the api_base of the server the harness started."""
-        self.models: dict[str, EndpointSettings] = {}
+        self.endpoints: dict[str, EndpointSettings] = {}
+        """Every model served, with its settings, by endpoint key (harness.config.endpoint_key)."""
+        self._first_key: dict[str, str] = {}
         self.default_cache = cache
         self._caches: dict[str, ResponseCache] = {}
         self._run_cache: dict[str, CacheSettings] = {}
         """Each run's own cache settings (a sweep's jobs share one gateway but not their settings)."""
         self.local_servers: dict[str, str] = {}
-        self.api_bases: dict[str, str] = {}
+        self._keyless: set[str] = set()
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._gates: dict[str, RateGate] = {}
         self.ledger = Ledger()
@@ -80,19 +94,17 @@ class Gateway:
 
     def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
                  answer_key: dict[str, str] | None = None) -> None:
-        """Serve these models too (a shared gateway serves every job of a sweep)."""
-        for m in models:
-            known = self.models.get(m.name)
-            if known is not None and known != m:
-                raise ValueError(f"the gateway already serves {m.name} with other settings; give each "
-                                 f"setting its own model name")
-            self.models[m.name] = m
-            if m.api_base:
-                self.api_bases[m.name] = m.api_base
-            if isinstance(m, ModelSettings) and m.scripted is not None:
-                self.scripted.add(m.name, m.scripted, answer_key or {})
+        """Serve these models too (a shared gateway serves every job of a sweep, whatever mix of
+        settings the jobs have: each model with its settings is an endpoint of its own)."""
         self.local_servers.update(local_servers or {})
-        self.api_bases.update(local_servers or {})
+        for m in models:
+            key = endpoint_key(m)
+            self.endpoints[key] = m
+            self._first_key.setdefault(m.name, key)
+            if isinstance(m, ModelSettings) and m.scripted is not None:
+                self.scripted.add(_scripted_route(key), m.scripted, answer_key or {})
+            if m.api_base and not _keys_in_environment(m.name, m.api_base):
+                self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
 
     def serves_locally(self, name: str) -> bool:
         return name in self.local_servers
@@ -120,10 +132,11 @@ class Gateway:
     async def call(self, request: CallRequest) -> CallResult:
         """Never raises: whatever fails, the caller gets a record (with its error)."""
         started_at = dt.datetime.now(dt.UTC)
-        settings = self.models.get(request.model)
+        key = request.endpoint or self._first_key.get(request.model, "")
+        settings = self.endpoints.get(key)
         if settings is None:
             return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
-                                f"UnknownModel: the gateway serves {sorted(self.models)}, not "
+                                f"UnknownModel: the gateway serves {sorted(self._first_key)}, not "
                                 f"{request.model!r}", cached=False, in_flight=0)
         exhausted = self.ledger.exhausted(request.run_id)
         if exhausted is not None:  # refused before sending: nothing spent
@@ -132,7 +145,7 @@ class Gateway:
                                 in_flight=self.ledger.in_flight[request.run_id])
         in_flight = self.ledger.admit(request.run_id)
         try:
-            result = await self._answer(settings, request, started_at, in_flight)
+            result = await self._answer(key, settings, request, started_at, in_flight)
         except Exception as error:  # a harness bug after sending: the call may be billed, so record it
             result = self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
                                   f"GatewayError: {one_line(error)}", cached=False, in_flight=in_flight)
@@ -142,21 +155,21 @@ class Gateway:
         self.ledger.settle(request.run_id, result.record.usage)
         return result
 
-    async def _answer(self, settings: EndpointSettings, request: CallRequest, started_at: dt.datetime,
-                      in_flight: int) -> CallResult:
+    async def _answer(self, key: str, settings: EndpointSettings, request: CallRequest,
+                      started_at: dt.datetime, in_flight: int) -> CallResult:
         clock = time.perf_counter()
         cache, charge_cached = self._cache_for(request.run_id)
-        key = request_key(settings, request) if cache is not None and cacheable(request) else None
-        hit = cache.get(key) if cache is not None and key is not None else None
+        cache_key = request_key(settings, request) if cache is not None and cacheable(request) else None
+        hit = cache.get(cache_key) if cache is not None and cache_key is not None else None
         if hit is not None:
             cost = hit.cost_usd if charge_cached else 0.0
             return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
                                 cached=True, in_flight=in_flight)
-        limit = self._limits.setdefault(request.model, asyncio.Semaphore(settings.max_concurrency))
+        limit = self._limits.setdefault(key, asyncio.Semaphore(settings.max_concurrency))
         queued = time.perf_counter()
         async with limit:
             clock = time.perf_counter()
-            response, retries, error, paced_s = await self._send_with_retries(settings, request)
+            response, retries, error, paced_s = await self._send_with_retries(key, settings, request)
             latency_s = time.perf_counter() - clock - paced_s
             queued_s = clock - queued + paced_s
         answer = NO_ANSWER
@@ -170,10 +183,11 @@ class Gateway:
             answer = CachedAnswer(text=text, vectors=vectors, prompt_tokens=prompt_tokens,
                                   completion_tokens=completion_tokens, usage_source=usage_source,
                                   cost_usd=self._cost(settings, response, prompt_tokens, completion_tokens))
-            if cache is not None and key is not None:
-                self._store(cache, key, answer)
-        return self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
-                            error, cached=False, in_flight=in_flight)
+            if cache is not None and cache_key is not None:
+                self._store(cache, cache_key, answer)
+        result = self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
+                              error, cached=False, in_flight=in_flight)
+        return result.model_copy(update={"fatal": error is not None and error.startswith(FATAL_ERRORS)})
 
     def _store(self, cache: ResponseCache, key: str, answer: CachedAnswer) -> None:
         """Keep the answer for next time; a cache that cannot be written costs reuse, never the record."""
@@ -198,27 +212,30 @@ class Gateway:
             retries=retries, cached=cached, error=error, run_in_flight=in_flight, started_at=started_at)
         return CallResult(text=answer.text, vectors=answer.vectors, record=record)
 
-    def _send(self, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:
+    def _send(self, key: str, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:
         self.provider_calls += 1
+        local = self.local_servers.get(settings.name) if settings.api_base is None else None
         endpoint: dict[str, Any] = {
-            "model": settings.name, "api_base": self.api_bases.get(settings.name),
-            # The harness's own local server needs no key; the OpenAI client insists on one.
-            "api_key": LOCAL_API_KEY if settings.name in self.local_servers else None,
+            # A scripted endpoint is routed by its key, so settings of one name never mix.
+            "model": _scripted_route(key) if settings.name.startswith("scripted/") else settings.name,
+            "api_base": settings.api_base or local,
+            # The harness's own server, or the user's, needs no key; the OpenAI client insists on one.
+            "api_key": LOCAL_API_KEY if local or key in self._keyless else None,
             "timeout": settings.timeout_s, "num_retries": 0}
         if request.kind == "embed":
             return litellm.aembedding(input=request.texts, **endpoint, **request.params)
         return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
 
-    async def _send_with_retries(self, settings: EndpointSettings, request: CallRequest
+    async def _send_with_retries(self, key: str, settings: EndpointSettings, request: CallRequest
                                  ) -> tuple[Any, int, str | None, float]:
         """The response (or None), retries, the error, and the seconds spent waiting on the pacing
         (requests per minute, shared 429 back-off) rather than working."""
-        gate = self._gates.setdefault(settings.name, RateGate(settings.requests_per_minute))
+        gate = self._gates.setdefault(key, RateGate(settings.requests_per_minute))
         retries, paced_s = 0, 0.0
         while True:
             paced_s += await gate.wait()
             try:
-                return await self._send(settings, request), retries, None, paced_s
+                return await self._send(key, settings, request), retries, None, paced_s
             except RETRYABLE as error:
                 if retries >= settings.max_retries:
                     return None, retries, one_line(error), paced_s
@@ -257,3 +274,28 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None) ->
     counted_prompt = litellm.token_counter(model=model, messages=request.messages)
     counted_completion = litellm.token_counter(model=model, text=text or "", count_response_tokens=True)
     return counted_prompt, counted_completion, "counted"
+
+
+def _keys_in_environment(model: str, api_base: str | None = None) -> bool:
+    try:
+        return bool(litellm.validate_environment(model=model, api_base=api_base)["keys_in_environment"])
+    except Exception:  # a provider litellm cannot check: let the call say what is missing
+        return True
+
+
+def check_credentials(settings: EndpointSettings, field: str) -> None:
+    """Refuse, before anything starts, a model whose provider needs a key that is not set. A model
+    behind `api_base` (a server of the user's own: vLLM, SGLang, llama.cpp) needs none."""
+    if settings.api_base or settings.name.split("/", 1)[0] in ("scripted", *EMBEDDING_PROVIDERS):
+        return
+    check = litellm.validate_environment(model=settings.name)
+    if not check.get("keys_in_environment", True):
+        missing = ", ".join(check.get("missing_keys") or ["its API key"])
+        raise ConfigError(f"invalid config: {field}: {settings.name} needs {missing}, which is not set; "
+                          f"export it, or point {field.rsplit('.', 1)[0]}.api_base at a server that "
+                          "needs no key")
+
+
+def _scripted_route(key: str) -> str:
+    """The litellm model string of one scripted endpoint (its settings' own ScriptedLLM)."""
+    return "scripted/" + "".join(c if c.isalnum() else "-" for c in key)

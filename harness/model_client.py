@@ -27,6 +27,9 @@ class CallRequest(BaseModel):
 
     kind: Literal["chat", "embed"] = "chat"
     model: str
+    endpoint: str | None = None
+    """The model with its settings (harness.config.endpoint_key); None: the first registered under
+    `model`."""
     messages: list[Message] = []
     texts: list[str] = []
     """Inputs of an embedding call."""
@@ -44,6 +47,8 @@ class CallResult(BaseModel):
     text: str | None = None
     vectors: list[list[float]] | None = None
     record: LLMCall
+    fatal: bool = False
+    """The error says the model cannot be used at all (a bad key, no access, no such model)."""
 
 
 class Completion(BaseModel):
@@ -60,6 +65,17 @@ class ModelCallError(RuntimeError):
     def __init__(self, record: LLMCall) -> None:
         super().__init__(f"{record.purpose} call to {record.model} failed: {record.error}")
         self.record = record
+
+    def __reduce__(self) -> tuple[type[ModelCallError], tuple[LLMCall]]:
+        return type(self), (self.record,)  # Ray sends it across processes
+
+
+class ModelUnavailable(ModelCallError):
+    """The model cannot be used at all (authentication, permission, no such model): the run stops
+    at once rather than fail every remaining task; a resume carries on once it is fixed."""
+
+    def __str__(self) -> str:
+        return f"the model {self.record.model} cannot be used: {self.record.error}"
 
 
 class GatewayUnavailable(RuntimeError):
@@ -86,10 +102,13 @@ class ModelClient(Protocol):
 
 class AgentModelClient:
     def __init__(self, gateway: GatewayLink, model: str, run_id: str,
-                 default_params: dict[str, Any] | None = None, embedder: str | None = None) -> None:
+                 default_params: dict[str, Any] | None = None, embedder: str | None = None,
+                 model_endpoint: str | None = None, embedder_endpoint: str | None = None) -> None:
         self.gateway = gateway
         self.model = model
+        self.model_endpoint = model_endpoint
         self.embedder = embedder
+        self.embedder_endpoint = embedder_endpoint
         self.run_id = run_id
         self.default_params = dict(default_params or {})
         self.episode_id: str | None = None
@@ -115,9 +134,10 @@ class AgentModelClient:
 
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion:
-        request = CallRequest(model=self.model, messages=messages, purpose=purpose,
-                              run_id=self.run_id, episode_id=self.episode_id, task_id=self.task_id,
-                              attempt=self.attempt, params={**self.default_params, **params})
+        request = CallRequest(model=self.model, endpoint=self.model_endpoint, messages=messages,
+                              purpose=purpose, run_id=self.run_id, episode_id=self.episode_id,
+                              task_id=self.task_id, attempt=self.attempt,
+                              params={**self.default_params, **params})
         result = await self._call(request)
         assert result.text is not None
         return Completion(text=result.text, usage=result.record.usage, call_id=result.record.call_id)
@@ -125,7 +145,8 @@ class AgentModelClient:
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if self.embedder is None:
             raise RuntimeError("this run has no embedder configured")
-        request = CallRequest(kind="embed", model=self.embedder, texts=texts, purpose="embed",
+        request = CallRequest(kind="embed", model=self.embedder, endpoint=self.embedder_endpoint, texts=texts,
+                              purpose="embed",
                               run_id=self.run_id, episode_id=self.episode_id, task_id=self.task_id,
                               attempt=self.attempt)
         result = await self._call(request)
@@ -140,7 +161,7 @@ class AgentModelClient:
         call.add_done_callback(self._in_flight.discard)
         result = await asyncio.shield(call)
         if result.record.error is not None:
-            raise ModelCallError(result.record)
+            raise (ModelUnavailable if result.fatal else ModelCallError)(result.record)
         return result
 
     async def _record(self, request: CallRequest) -> CallResult:

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import Environment, Task
-from harness.config import BudgetSettings, CacheSettings, ConfigError, HarnessConfig
+from harness.config import BudgetSettings, CacheSettings, ConfigError, HarnessConfig, endpoint_key
 from harness.streams import order_tasks, sample_tasks
 
 
@@ -37,8 +37,11 @@ class AgentRunSpec(BaseModel):
     tuning_tasks: list[Task]
     """Held-out tasks for variants that tune (OPRO), disjoint from every stream; may be empty."""
     model: str
+    model_endpoint: str
+    """The model with its settings (harness.config.endpoint_key), as the gateway knows it."""
     model_params: dict[str, Any]
     embedder: str
+    embedder_endpoint: str
     budget: BudgetSettings
     cache: CacheSettings
     """The job's response-cache settings (a sweep's shared gateway honours each run's own)."""
@@ -180,6 +183,7 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
-                model_params=settings.model.params, embedder=settings.embedder.name,
+                model_endpoint=endpoint_key(settings.model), model_params=settings.model.params,
+                embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),
                 budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour))
     return specs

@@ -1,8 +1,11 @@
 """`python -m harness.report <run or sweep dir> [...]`: compare variants at equal spend.
 
-Reads the episodes and llm_calls tables of every run directory below the given paths (finished,
-partial or still running) and writes `report.md` and PNG plots into the first path (or `--out`):
-- per variant (and env and scenario, when there are several): success rate with a 95% bootstrap
+Reads the episodes, llm_calls and runs tables of every run directory below the given paths (finished,
+partial or still running) and writes `report.md` and PNG plots into the first path (or `--out`).
+Runs are grouped by variant, by env, scenario and model when there are several, and by every setting
+that varies between runs of the same variant (a `settings` label such as `variant.max_attempts=3`,
+from the runs table; see harness/summary.py):
+- per group: success rate with a 95% bootstrap
   confidence interval over all its evaluated episodes (seeds and tasks together; scipy's
   `bootstrap`, BCa), act and overhead tokens, overhead share, dollars, p50/p95 episode latency,
   protocol and model;
@@ -23,9 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from harness.summary import read_table
-
-GROUP_KEYS = ("variant", "env", "scenario")
+from harness.summary import OPTIONAL_COLUMNS, label_runs, read_table, read_tables, settings_labels
 
 
 class ReportError(ValueError):
@@ -45,16 +46,30 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
 
 
 def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
-    episodes = pl.concat([read_table(r, "episodes") for r in runs], how="diagonal_relaxed")
-    calls = pl.concat([read_table(r, "llm_calls") for r in runs], how="diagonal_relaxed")
+    """Episodes (with a `settings` label when a setting varies), llm_calls, and one status row per
+    run directory."""
+    run_rows = read_tables(runs, "runs")
+    episodes = label_runs(read_tables(runs, "episodes"), run_rows)
+    if episodes.is_empty():
+        raise ReportError(f"{', '.join(map(str, runs))}: no episodes written yet")
+    calls = read_tables(runs, "llm_calls")
+    labels = settings_labels(run_rows)
     status = []
     for run in runs:
         manifest_path = run / "manifest.json"
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
         expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
-        done = read_table(run, "episodes").filter(~pl.col("probe") & pl.col("attempted")).height
-        status.append({"run_dir": str(run), "status": manifest.get("status", "unknown"),
-                       "episodes": done, "expected": expected})
+        mine = read_table(run, "episodes")
+        done = mine.filter(~pl.col("probe") & pl.col("attempted")).height if mine.height else 0
+        row: dict = {"run_dir": str(run), "status": manifest.get("status", "unknown")}
+        if labels.height:
+            ids = mine["run_id"].unique() if mine.height else pl.Series([], dtype=pl.String)
+            row["settings"] = "; ".join(sorted(set(labels.filter(pl.col("run_id").is_in(ids.implode()))
+                                                   ["settings"].to_list()) - {""}))
+        own_calls = read_table(run, "llm_calls")
+        row |= {"episodes": done, "expected": expected, "llm_calls": own_calls.height,
+                "cached_share": float(own_calls["cached"].mean()) if own_calls.height else None}
+        status.append(row)
     return episodes, calls, status
 
 
@@ -70,22 +85,25 @@ def bootstrap_ci(successes: np.ndarray, seed: int = 0) -> tuple[float, float]:
 
 
 def group_keys(episodes: pl.DataFrame) -> list[str]:
-    """Variant always; env and scenario only when they vary."""
-    return ["variant", *[k for k in GROUP_KEYS[1:] if episodes[k].n_unique() > 1]]
+    """Variant always; env, scenario and model only when they vary; the settings label when a
+    setting varies (see `harness.summary.label_runs`)."""
+    optional = [k for k in (*OPTIONAL_COLUMNS, "model") if episodes[k].n_unique() > 1]
+    return ["variant", *optional, *(["settings"] if "settings" in episodes.columns else [])]
 
 
 def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
     stream = episodes.filter(~pl.col("probe"))
     skipped = stream.filter(~pl.col("attempted")).group_by(group_keys(stream)).agg(not_attempted=pl.len())
     evaluated = stream.filter(pl.col("attempted"))
-    keys = group_keys(evaluated)
+    keys = group_keys(stream)
+    models = [] if "model" in keys else [pl.col("model").unique().sort().str.join(",").alias("model")]
     table = (evaluated.group_by(keys).agg(
-        seeds=pl.col("seed").n_unique(), episodes=pl.len(), success_rate=pl.col("success").mean(),
-        act_tokens=pl.col("act_tokens").sum(), overhead_tokens=pl.col("overhead_tokens").sum(),
-        cost_usd=pl.col("cost_usd").sum(), p50_latency_s=pl.col("latency_s").quantile(0.5),
-        p95_latency_s=pl.col("latency_s").quantile(0.95),
-        protocol=pl.col("protocol").unique().sort().str.join("/"),
-        model=pl.col("model").unique().sort().str.join(","),
+        pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
+        pl.col("success").mean().alias("success_rate"), pl.col("act_tokens").sum(),
+        pl.col("overhead_tokens").sum(), pl.col("cost_usd").sum(),
+        pl.col("latency_s").quantile(0.5).alias("p50_latency_s"),
+        pl.col("latency_s").quantile(0.95).alias("p95_latency_s"),
+        pl.col("protocol").unique().sort().str.join("/"), *models,
     ).with_columns(overhead_share=pl.col("overhead_tokens")
                    / (pl.col("act_tokens") + pl.col("overhead_tokens"))).sort(keys))
     lows, highs = [], []
@@ -106,7 +124,7 @@ def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[
     budget = float(evaluated.group_by("run_id").agg(pl.col("cumulative").max())["cumulative"].min())
     counted = ~pl.col("probe") & pl.col("attempted")
     within = evaluated.filter(counted & (pl.col("cumulative") <= budget))
-    keys = group_keys(within) if within.height else ["variant"]
+    keys = group_keys(episodes)
     rows = []
     for group, frame in within.group_by(keys, maintain_order=True):
         low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
@@ -160,7 +178,9 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
 
     fig, ax = plt.subplots(figsize=(7, 5))
     evaluated = episodes.filter(~pl.col("probe")).sort("stream_position")
-    for (variant,), frame in evaluated.group_by(["variant"], maintain_order=True):
+    keys = group_keys(evaluated)
+    for group, frame in evaluated.group_by(keys, maintain_order=True):
+        label = " / ".join(str(v) for v in group if v != "")
         curves = []
         for (_,), run in frame.group_by(["run_id"]):
             success = run.sort("stream_position")["success"].cast(pl.Float64)
@@ -168,7 +188,7 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
         length = min(len(c) for c in curves)
         stacked = np.vstack([c[:length] for c in curves])
         mean = stacked.mean(axis=0)
-        ax.plot(np.arange(length), mean, label=f"{variant} ({len(curves)} runs)")
+        ax.plot(np.arange(length), mean, label=f"{label} ({len(curves)} runs)")
         if len(curves) > 1:
             ax.fill_between(np.arange(length), stacked.min(axis=0), stacked.max(axis=0), alpha=0.2)
     ax.set_xlabel("stream position")
@@ -181,26 +201,27 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
 
 def extra_sections(episodes: pl.DataFrame) -> list[str]:
     sections = []
+    keys = group_keys(episodes)
     probes = episodes.filter(pl.col("probe"))
     if probes.height:
-        forgetting = (probes.group_by("variant", "stream_position").agg(success_rate=pl.col("success").mean())
-                      .sort("variant", "stream_position"))
+        forgetting = (probes.group_by(*keys, "stream_position").agg(success_rate=pl.col("success").mean())
+                      .sort(*keys, "stream_position"))
         sections += ["## Forgetting on replay probes", "",
                      "Success on the replayed first tasks, by the stream position after which they ran.",
                      "", markdown(forgetting), ""]
     judged = episodes.filter(pl.col("judge_score").is_not_null() & ~pl.col("probe"))
     if judged.height:
-        gap = (judged.group_by("variant").agg(
+        gap = (judged.group_by(keys).agg(
             judge_says=pl.col("judge_score").mean(), truth=pl.col("success").cast(pl.Float64).mean())
-            .with_columns(gap=pl.col("judge_says") - pl.col("truth")).sort("variant"))
+            .with_columns(gap=pl.col("judge_says") - pl.col("truth")).sort(keys))
         sections += ["## Judge vs truth", "", "Mean judge score against the true success rate; a "
                      "positive gap is self-graded inflation.", "", markdown(gap), ""]
-    orders = episodes.filter(~pl.col("probe")).group_by("variant", "seed", "order_seed").agg(
+    orders = episodes.filter(~pl.col("probe")).group_by(*keys, "seed", "order_seed").agg(
         success_rate=pl.col("success").mean())
-    spread = (orders.group_by("variant").agg(
+    spread = (orders.group_by(keys).agg(
         orders=pl.col("order_seed").n_unique(), min=pl.col("success_rate").min(),
-        max=pl.col("success_rate").max(), std=pl.col("success_rate").std()).sort("variant"))
-    if orders.group_by("variant", "seed").agg(pl.len())["len"].max() > 1:
+        max=pl.col("success_rate").max(), std=pl.col("success_rate").std()).sort(keys))
+    if orders.group_by(*keys, "seed").agg(pl.len())["len"].max() > 1:
         sections += ["## Order sensitivity", "", "Success rate of the same task sets in different "
                      "orders.", "", markdown(spread), ""]
     return sections
@@ -223,6 +244,9 @@ def write_report(paths: list[Path], out: Path) -> str:
     episodes, _calls, status = load(runs)
     table = main_table(episodes)
     budget, matched = matched_spend(episodes)
+    varying = ([f"Rows differ in `{'`, `'.join(group_keys(episodes))}`; `settings` labels the settings "
+                "that vary between runs of the same variant (from each run directory's `runs` table).", ""]
+               if "settings" in episodes.columns else [])
     dollars: list[str] = []
     if episodes["cost_usd"].null_count() == 0 and episodes["cost_usd"].sum() > 0:
         dollar_budget, by_dollars = matched_spend(episodes, "cost_usd")
@@ -240,7 +264,7 @@ def write_report(paths: list[Path], out: Path) -> str:
         f"{', '.join(sorted(episodes['model'].unique().to_list()))}.", "",
         "## Variants", "",
         "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of the variant "
-        "(seeds and tasks together). Overhead = every purpose but act.", "",
+        "(seeds and tasks together). Overhead = every purpose but act.", "", *varying,
         markdown(table), "",
         f"## Accuracy at matched spend: {budget:.0f} tokens per agent run", "",
         "Episodes finished within the largest cumulative spend every agent run reached.", "",

@@ -42,10 +42,10 @@ from harness.config import (
 )
 from harness.errors import RunAborted, one_line, root_cause
 from harness.lock import exclusive
-from harness.model_client import AgentModelClient, GatewayUnavailable
+from harness.model_client import BUDGET_EXHAUSTED, AgentModelClient, GatewayUnavailable, ModelUnavailable
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan, episode_ids, expected_episodes
-from harness.records import TABLES, AgentRunInfo, Episode, Manifest, RunRow
+from harness.records import TABLES, AgentRunInfo, Episode, LLMCall, Manifest, RunRow
 from harness.resume import drop_orphans, finished_episodes
 from harness.runner import RunOutcome, build_agent
 from harness.summary import count_rows, format_summary, read_table, summarize
@@ -67,10 +67,7 @@ class RunResult:
 
 
 def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None) -> RunResult:
-    if not (settings.model.serves_locally or settings.model.is_scripted):
-        from harness.gateway import check_model_name  # imports litellm (seconds): only when needed
-
-        check_model_name(settings.model.name)
+    _check_models(settings)
     specs = build_plan(settings, run_dir)
     _check_agents_build(specs)
     _check_cache_writable(settings.cache)
@@ -245,11 +242,11 @@ def _vital(what: str, ref: ray.ObjectRef, run_dir: Path) -> Any:
         return ray.get(ref)
     except ray.exceptions.RayError as error:
         cause = root_cause(error)
-        if isinstance(cause, GatewayUnavailable):
+        if isinstance(cause, (GatewayUnavailable, ModelUnavailable)):
             raise RunAborted(f"{cause}; {resume_hint(run_dir)}") from None
         if isinstance(error, ray.exceptions.RayActorError):
             raise RunAborted(f"{what} died ({one_line(error, 200)}); {resume_hint(run_dir)}") from None
-        raise
+        raise RunAborted(f"{what} failed ({one_line(error, 300)}); {resume_hint(run_dir)}") from None
 
 
 def _check_alive(servers: list[LocalModelServer], run_dir: Path) -> None:
@@ -268,6 +265,38 @@ def resume_hint(run_dir: Path) -> str:
                      if not o.startswith(("hydra.run.dir=", "ray.gateway=", "progress="))]
     command = shlex.join(["python", "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"])
     return f"the episodes written so far are kept; resume with: {command}"
+
+
+def _check_models(settings: HarnessConfig) -> None:
+    """A model string litellm cannot route, or a provider key that is not set, fails here in one
+    line, not as a failed call per task."""
+    remote = [(model, field) for model, field in ((settings.model, "model.name"),
+                                                 (settings.embedder, "embedder.name"))
+              if not is_harness_served(model)]
+    if not remote:
+        return
+    from harness.gateway import check_credentials, check_model_name  # imports litellm (seconds)
+
+    for model, field in remote:
+        check_model_name(model.name, field)
+        check_credentials(model, field)
+
+
+def is_harness_served(model: EndpointSettings) -> bool:
+    """Served by the harness itself (its local server, the scripted model, a local embedder)."""
+    if isinstance(model, ModelSettings) and (model.serves_locally or model.is_scripted):
+        return True
+    return model.name.split("/", 1)[0] in ("local", "hashing")
+
+
+def failed_calls(run_dir: Path) -> tuple[int, int, str | None]:
+    """Calls that failed (budget refusals aside), all calls, and the most frequent error."""
+    calls = read_table(run_dir, LLMCall.table)
+    if calls.is_empty():
+        return 0, 0, None
+    errors = calls.filter(pl.col("error").is_not_null() & ~pl.col("error").str.starts_with(BUDGET_EXHAUSTED))
+    common = errors.group_by("error").len().sort("len", descending=True)
+    return errors.height, calls.height, common["error"][0] if errors.height else None
 
 
 def _check_cache_writable(cache: CacheSettings) -> None:
@@ -316,6 +345,15 @@ def print_summary(result: RunResult, started: float) -> None:
     print(f"\n{len(episodes)} episodes in {time.perf_counter() - started:.1f} s; "
           f"model {result.manifest.model}{' (scripted)' if result.manifest.model_is_scripted else ''}")
     print(f"tables in {result.run_dir}: {tables}; manifest.json")
+
+
+def most_calls_failed(run_dir: Path) -> str | None:
+    """One line when more than half of the run's model calls failed: its numbers would mislead."""
+    failed, total, common = failed_calls(run_dir)
+    if failed * 2 <= total:
+        return None
+    return (f"{failed} of {total} model calls failed (most often: {common}); the rows are kept in "
+            f"{run_dir}, but the results measure the failures, not the model")
 
 
 def _write_manifest(run_dir: Path, manifest: Manifest) -> None:

@@ -25,6 +25,7 @@ from harness.model_client import (
     GatewayLink,
     GatewayUnavailable,
     ModelCallError,
+    ModelUnavailable,
 )
 from harness.plan import AgentRunSpec, episode_id, instantiate_component, probe_points
 from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
@@ -110,7 +111,8 @@ def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
 async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
-                           embedder=spec.embedder)
+                           embedder=spec.embedder, model_endpoint=spec.model_endpoint,
+                           embedder_endpoint=spec.embedder_endpoint)
     episodes = EpisodeRunner(spec, env, llm, sink)
     agent = build_agent(spec, llm)
     await gateway.open_run(spec.run_id, spec.budget, spec.cache)
@@ -173,6 +175,8 @@ class EpisodeRunner:
             results = await agent.run_task(trial)
             if not probe:  # probes measure what the agent kept; they must not teach it
                 await agent.learn(Feedback(task=trial.task, attempts=results))
+        except ModelUnavailable:
+            raise  # no task can succeed: the run stops, and a resume runs this episode again
         except ModelCallError as failure:
             error = one_line(str(failure))
             if (failure.record.error or "").startswith(BUDGET_EXHAUSTED):

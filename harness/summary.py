@@ -1,49 +1,183 @@
-"""The end-of-run summary, computed from the Parquet tables themselves (not from memory)."""
+"""The end-of-run and end-of-sweep summary, computed from the Parquet tables themselves (not from
+memory), and the labels that tell runs apart by the settings that vary between them.
+
+Runs are told apart by their `runs` table (harness/records.py `RunRow.settings`): a setting that
+differs between runs becomes part of a `settings` label (`variant.max_attempts=3`), so runs that
+differ in it are never merged into one row. Seeds and stream orders are the replication axis, and
+the variant, env, scenario and model have columns of their own; a key of a named group (`variant.*`,
+`env.*`, `model.*`, `embedder.*`) counts only where it differs between runs of the same name (so
+`variant=baseline,reflexion` is told apart by its variant column alone, as before). Run
+directories without a runs table (older outputs) are grouped by variant as before.
+"""
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 
+from harness.writer import table_files
+
+OWN_COLUMNS = {"variant.name": "variant", "env.name": "env", "stream.scenario": "scenario",
+               "model.name": "model"}
+"""Settings with a column of their own in every table: never part of the label."""
+REPLICATION = ("stream.order_seeds",)
+"""Settings that replicate a run rather than change it (seeds are not settings at all)."""
+NAMED_GROUPS = ("variant", "env", "model", "embedder")
+"""Config groups whose options have a name: their other keys differ between names by design."""
+OPTIONAL_COLUMNS = ("env", "scenario")
+"""Grouping columns shown only when they vary."""
+
 
 def read_table(run_dir: Path, table: str) -> pl.DataFrame:
-    files = sorted((run_dir / table).glob("*.parquet"))
+    files = table_files(run_dir / table)
     if not files:
         return pl.DataFrame()
     return pl.read_parquet(files)
 
 
+def read_tables(run_dirs: Iterable[Path], table: str) -> pl.DataFrame:
+    """One table of several run directories, concatenated (columns missing in older ones: null)."""
+    frames = [f for f in (read_table(d, table) for d in run_dirs) if not f.is_empty()]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
 def count_rows(run_dir: Path, table: str) -> int:
-    files = sorted((run_dir / table).glob("*.parquet"))
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(run_dir / table))
 
 
-def summarize(episodes: pl.DataFrame) -> pl.DataFrame:
-    """Per variant and seed, over the tasks of the stream (replay probes and tasks a spent budget
-    left undone aside): episodes, success rate, tokens, dollars, p50 latency, errors, not attempted."""
+def varying_settings(runs: pl.DataFrame) -> dict[str, set[Any] | None]:
+    """Setting keys whose values differ between the runs, each with the names of its group (e.g.
+    the variants) within which it differs, or None for a key of an unnamed group (stream, budget)."""
+    if runs.is_empty() or "settings" not in runs.columns:
+        return {}
+    settings = [json.loads(s) for s in runs.unique("run_id")["settings"].drop_nulls()]
+    keys = sorted({k for s in settings for k in s} - set(OWN_COLUMNS) - set(REPLICATION))
+    varying: dict[str, set[Any] | None] = {}
+    for key in keys:
+        group = key.split(".", 1)[0]
+        scope = f"{group}.name" if group in NAMED_GROUPS and key != f"{group}.name" else None
+        values: dict[Any, set[str]] = defaultdict(set)
+        for s in settings:
+            values[s.get(scope) if scope else None].add(json.dumps(s.get(key), sort_keys=True))
+        names = {name for name, seen in values.items() if len(seen) > 1}
+        if names:
+            varying[key] = names if scope else None
+    return varying
+
+
+def settings_labels(runs: pl.DataFrame) -> pl.DataFrame:
+    """`run_id` and `settings`: each run's label, `key=value` of every setting that varies (see
+    `varying_settings`) joined by spaces; empty when none varies for it. No rows when none varies."""
+    varying = varying_settings(runs)
+    if not varying:
+        return pl.DataFrame(schema={"run_id": pl.String, "settings": pl.String})
+    labels = []
+    for run_id, raw in runs.unique("run_id").select("run_id", "settings").iter_rows():
+        settings = json.loads(raw) if raw else {}
+        parts = []
+        for key, names in varying.items():
+            scope = settings.get(f"{key.split('.', 1)[0]}.name")
+            if key in settings and (names is None or scope in names):
+                parts.append(f"{key}={_short(settings[key])}")
+        labels.append({"run_id": run_id, "settings": " ".join(parts)})
+    return pl.DataFrame(labels, schema={"run_id": pl.String, "settings": pl.String})
+
+
+def label_runs(frame: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+    """`frame` (any table with `run_id`) with a `settings` label column when some setting varies
+    between the runs (runs missing from `runs`: an empty label); unchanged otherwise."""
+    labels = settings_labels(runs)
+    if labels.is_empty() or frame.is_empty():
+        return frame
+    return (frame.drop("settings", strict=False).join(labels, on="run_id", how="left")
+            .with_columns(pl.col("settings").fill_null("")))
+
+
+def grouping(episodes: pl.DataFrame) -> list[str]:
+    """Variant always; env and scenario when they vary; the settings label when present."""
+    optional = [k for k in OPTIONAL_COLUMNS if k in episodes.columns and episodes[k].n_unique() > 1]
+    return ["variant", *optional, *(["settings"] if "settings" in episodes.columns else [])]
+
+
+def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
+              runs: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per variant, settings label (when a setting varies, see `label_runs`), seed and
+    model (and env or scenario when they vary). Counted: the stream's episodes. Columns:
+
+    - episodes: stream episodes attempted; every column after `not_attempted` is over these
+      (success_rate, p50_latency_s, errors) or over all stream episodes (tokens, dollars, calls),
+      never over replay probes;
+    - probes: replay-probe episodes run besides (re-runs of earlier tasks that measure forgetting);
+    - not_attempted: stream tasks a spent budget left undone;
+    - llm_calls: model calls of the stream episodes; cached_share: the share of them answered from
+      the response cache (1.0: no request reached the model, so the latency and the run's speed say
+      nothing about the model); null without `calls`.
+    """
     if episodes.is_empty():
         return pl.DataFrame()
+    if runs is not None:
+        episodes = label_runs(episodes, runs)
+    stream = ~pl.col("probe")
+    counted = stream & pl.col("attempted")
+    if calls is not None and not calls.is_empty():
+        per_episode = calls.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
+        episodes = episodes.join(per_episode, on="episode_id", how="left")
+        cached = pl.col("cached_calls").fill_null(0).filter(stream).sum() / pl.col("n_calls").filter(stream).sum()
+    else:
+        cached = pl.lit(None, dtype=pl.Float64)
+    keys = grouping(episodes)
     return (
-        episodes.filter(~pl.col("probe"))
-        .group_by("variant", "seed", "model")
+        episodes.group_by(*keys, "seed", "model")
         .agg(
-            episodes=pl.col("attempted").sum(),
-            not_attempted=(~pl.col("attempted")).sum(),
-            success_rate=pl.col("success").filter(pl.col("attempted")).mean(),
-            total_tokens=pl.col("total_tokens").sum(),
-            cost_usd=pl.col("cost_usd").sum() if episodes["cost_usd"].null_count() == 0
+            episodes=counted.sum(),
+            probes=pl.col("probe").sum(),
+            not_attempted=(stream & ~pl.col("attempted")).sum(),
+            success_rate=pl.col("success").filter(counted).mean(),
+            total_tokens=pl.col("total_tokens").filter(stream).sum(),
+            cost_usd=pl.col("cost_usd").filter(stream).sum() if episodes["cost_usd"].null_count() == 0
             else pl.lit(None, dtype=pl.Float64),
-            p50_latency_s=pl.col("latency_s").filter(pl.col("attempted")).median(),
-            errors=(pl.col("error").is_not_null() & pl.col("attempted")).sum(),
+            llm_calls=pl.col("n_calls").filter(stream).sum(),
+            cached_share=cached,
+            p50_latency_s=pl.col("latency_s").filter(counted).median(),
+            errors=(pl.col("error").is_not_null() & counted).sum(),
         )
-        .sort("variant", "seed")
+        .sort(*keys, "seed")
     )
+
+
+def summarize_dirs(run_dirs: Iterable[Path]) -> pl.DataFrame:
+    """`summarize` over the episodes, llm_calls and runs tables of these run directories."""
+    run_dirs = list(run_dirs)
+    return summarize(read_tables(run_dirs, "episodes"), read_tables(run_dirs, "llm_calls"),
+                     read_tables(run_dirs, "runs"))
+
+
+def episode_counts(episodes: pl.DataFrame) -> str:
+    """What the summary's rows count, in words: `12 episodes (+ 4 replay probes, 2 not attempted)`."""
+    if episodes.is_empty():
+        return "0 episodes"
+    probes = int(episodes["probe"].sum())
+    stream = episodes.filter(~pl.col("probe"))
+    attempted = int(stream["attempted"].sum())
+    extra = [f"{probes} replay probes" if probes else "",
+             f"{stream.height - attempted} not attempted" if stream.height > attempted else ""]
+    extra = [e for e in extra if e]
+    return f"{attempted} episodes" + (f" (+ {', '.join(extra)})" if extra else "")
 
 
 def format_summary(summary: pl.DataFrame) -> str:
     with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   float_precision=3, tbl_rows=100, tbl_cols=20, tbl_width_chars=160,
-                   fmt_str_lengths=60):
+                   float_precision=3, tbl_rows=100, tbl_cols=20, tbl_width_chars=200,
+                   fmt_str_lengths=80):
         return str(summary)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -3,10 +3,23 @@
 Rows are buffered per table and written as a new part file at most every `flush_interval_s`; a
 part is written under a temporary name and renamed into place, so a reader never sees a half-written
 file and a crash loses at most the rows buffered since the last flush.
+
+At close, every table exists (a zero-row part with the table's schema when it received no rows), and
+each table's parts are compacted into one file (row groups of `ROW_GROUP_ROWS`):
+1. the merged rows are written under a hidden temporary name (`.part-...-compacted.parquet.tmp`,
+   which no reader's `*.parquet` glob matches) and synced to disk;
+2. it is renamed to `part-<writer>-<n>-compacted.parquet`; its Parquet metadata key
+   `harness.replaces` lists the files it replaces;
+3. those files are removed.
+A crash during 1 leaves the parts as they were (the temporary file is removed by the next writer);
+a crash between 2 and 3 leaves both the compacted file and some of its parts, whose rows it repeats:
+`table_files` (used by the summary and the report) leaves out every file a compacted file replaces,
+and the next writer on the directory (a resume) deletes them (`recover`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -18,6 +31,11 @@ import pyarrow.parquet as pq
 
 from harness.records import TABLES, Episode
 from harness.resume import drop_orphans, finished_episodes
+
+REPLACES = b"harness.replaces"
+"""Parquet metadata key of a compacted file: JSON list of the file names (same directory) it replaces."""
+COMPACTED = "-compacted.parquet"
+ROW_GROUP_ROWS = 128 * 1024
 
 
 class TableWriter:
@@ -37,6 +55,7 @@ class TableWriter:
         lease_tmp = self.run_dir / f".writer.{self._writer_id}.tmp"
         lease_tmp.write_text(self._writer_id)
         os.replace(lease_tmp, self._lease)
+        recover(self.run_dir)
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
         if table not in TABLES:
@@ -46,8 +65,7 @@ class TableWriter:
             self.flush()
 
     def flush(self) -> None:
-        if self._lease.read_text() != self._writer_id:
-            raise RuntimeError(f"another writer has taken over {self.run_dir}; this one writes no more")
+        self._check_lease()
         # Episodes last: an episode row on disk means all of that episode's rows are (resume relies
         # on it; see harness/resume.py).
         for table in sorted(self._buffers, key=lambda name: name == Episode.table):
@@ -73,10 +91,23 @@ class TableWriter:
         drop_orphans(self.run_dir, finished, set(run_ids))
         return sorted(finished)
 
-    def close(self) -> dict[str, int]:
-        """Flush everything; rows written per table."""
+    def close(self, compact: bool = True) -> dict[str, int]:
+        """Flush everything, give every table that has no file a zero-row part with its schema, and
+        (with `compact`) merge each table's files into one; rows written per table by this writer."""
         self.flush()
+        for table, model in TABLES.items():
+            directory = self.run_dir / table
+            if not list(directory.glob("*.parquet")):
+                self._write_part(table, [])
+            elif compact:
+                self._check_lease()
+                compact_table(directory, model.arrow_schema(), f"{self._writer_id}-{self._sequence:06d}")
+                self._sequence += 1
         return dict(self._rows_written)
+
+    def _check_lease(self) -> None:
+        if self._lease.read_text() != self._writer_id:
+            raise RuntimeError(f"another writer has taken over {self.run_dir}; this one writes no more")
 
     def _write_part(self, table: str, rows: list[dict[str, Any]]) -> None:
         directory = self.run_dir / table
@@ -87,3 +118,80 @@ class TableWriter:
         pq.write_table(arrow_table, temporary)
         os.replace(temporary, final)
         self._sequence += 1
+
+
+def table_files(directory: Path) -> list[Path]:
+    """The Parquet files that make up a table now: every `*.parquet` in its directory, less those a
+    compacted file already holds (present only for the moment of a compaction, or after a crash in it)."""
+    files = sorted(directory.glob("*.parquet"))
+    replaced = {name for f in files if f.name.endswith(COMPACTED) for name in _replaces(f)}
+    return [f for f in files if f.name not in replaced]
+
+
+def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
+    """Merge the table's files into `part-<name>-compacted.parquet` (see the module docstring for the
+    steps and what a crash leaves); None when there is nothing to merge, or a file's columns differ
+    from `schema` (written by another version of the harness: left as it is)."""
+    files = table_files(directory)
+    plain = schema.remove_metadata()
+    if len(files) < 2 or any(not pq.read_schema(f).remove_metadata().equals(plain) for f in files):
+        return None
+    final = directory / f"part-{name}{COMPACTED}"
+    temporary = directory / f".{final.name}.tmp"
+    metadata = {**(schema.metadata or {}), REPLACES: json.dumps([f.name for f in files]).encode()}
+    merged = schema.with_metadata(metadata)
+    try:
+        with pq.ParquetWriter(temporary, merged) as out:
+            pending: list[pa.RecordBatch] = []
+            for file in files:
+                for batch in pq.ParquetFile(file).iter_batches(batch_size=ROW_GROUP_ROWS):
+                    pending.append(batch.replace_schema_metadata(metadata))
+                    if sum(b.num_rows for b in pending) >= ROW_GROUP_ROWS:
+                        out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
+                        pending = []
+            if pending:
+                out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
+        _fsync(temporary)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, final)
+    _fsync(directory)
+    for file in files:
+        file.unlink(missing_ok=True)
+    return final
+
+
+def recover(run_dir: Path) -> None:
+    """Finish what a crashed writer left: remove its temporary files, and the files a compacted file
+    replaces that are still there (a crash between a compaction's rename and its deletions)."""
+    for table in TABLES:
+        directory = run_dir / table
+        if not directory.is_dir():
+            continue
+        for temporary in directory.glob(".*.tmp"):
+            temporary.unlink(missing_ok=True)
+        for compacted in directory.glob(f"*{COMPACTED}"):
+            for name in _replaces(compacted):
+                if name != compacted.name:
+                    (directory / name).unlink(missing_ok=True)
+
+
+def _replaces(compacted: Path) -> list[str]:
+    try:
+        metadata = pq.read_schema(compacted).metadata or {}
+    except FileNotFoundError:  # replaced in turn by a newer compaction since it was listed
+        return []
+    return json.loads(metadata.get(REPLACES, b"[]"))
+
+
+def _fsync(path: Path) -> None:
+    """Data on disk before the files it replaces go (a directory too: the rename is recorded)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # a directory cannot be opened on every platform
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

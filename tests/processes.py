@@ -27,9 +27,10 @@ def start_cli(*overrides: str) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
-def run_cli(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(*overrides: str, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, start_new_session=True)
+                          text=True, timeout=timeout, start_new_session=True, env=env)
 
 
 def session_processes(session: int, marker: str) -> list[psutil.Process]:
