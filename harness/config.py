@@ -189,6 +189,21 @@ class ModelSettings(EndpointSettings):
             raise ValueError("a scripted/ model needs a `scripted` section (see conf/model/scripted.yaml)")
         return self
 
+    @model_validator(mode="after")
+    def _group_settings_fit_the_model(self) -> ModelSettings:
+        """A group's limits belong to its model: the local model's 48 tokens and one request at a
+        time must not silently apply to an API model whose name was overridden."""
+        local = self.local_server
+        if local is not None and self.api_base is None and self.name != f"openai/{local.alias}":
+            raise ValueError(f"model.name={self.name} is not the local model this group configures (its "
+                             f"max_tokens {self.params.get('max_tokens')}, max_concurrency "
+                             f"{self.max_concurrency} fit openai/{local.alias}); use model=litellm "
+                             f"model.name={self.name}")
+        if self.scripted is not None and not self.is_scripted:
+            raise ValueError(f"model.name={self.name} is not a scripted/ model but the group is "
+                             f"conf/model/scripted.yaml; use model=litellm model.name={self.name}")
+        return self
+
 
 class StreamSettings(_Strict):
     scenario: str = Field(min_length=1)

@@ -25,8 +25,8 @@ def test_defaults_are_the_real_offline_model_on_country_capitals():
     assert settings.model.local_server is not None and settings.model.local_server.price.input_per_token == 0
 
 
-def test_overriding_the_model_name_leaves_the_local_server_unused():
-    settings = HarnessConfig.from_dictconfig(compose_config("model.name=openai/gpt-4o-mini"))
+def test_an_api_model_leaves_the_local_server_unused():
+    settings = HarnessConfig.from_dictconfig(compose_config("model=litellm", "model.name=openai/gpt-4o-mini"))
     assert not settings.model.serves_locally
 
 
@@ -126,3 +126,15 @@ def test_plan_is_seeded_and_run_ids_are_stable(tmp_path):
     assert [t.task_id for t in first[0].tasks] == [t.task_id for t in again[0].tasks]
     assert [t.task_id for t in first[0].tasks] != [t.task_id for t in first[1].tasks]
     assert len({s.run_id for s in first}) == 2
+
+
+@pytest.mark.parametrize("overrides, fix", [
+    (["model.name=anthropic/claude-3-5-haiku-latest"], "use model=litellm model.name=anthropic/claude"),
+    (["model=scripted", "model.name=openai/gpt-4o-mini"], "use model=litellm model.name=openai/gpt-4o-mini"),
+])
+def test_a_groups_settings_never_leak_to_another_model(overrides, fix):
+    """The local model's 48 tokens and single connection must not silently apply to an API model."""
+    with pytest.raises(ConfigError, match=f"invalid config: model: model.name=.*{fix}"):
+        HarnessConfig.from_dictconfig(compose_config(*overrides))
+    HarnessConfig.from_dictconfig(compose_config("model=litellm", overrides[-1]))  # the way that works
+    HarnessConfig.from_dictconfig(compose_config("model.api_base=http://127.0.0.1:8011/v1"))  # same model
