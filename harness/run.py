@@ -314,16 +314,27 @@ def _check_cache_writable(cache: CacheSettings) -> None:
 
 @contextlib.contextmanager
 def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
-    """Start a local Ray (or attach to `ray.address`); reuse one already initialised in-process."""
+    """Start a Ray of this run's own, or attach to `ray.address`; reuse one already initialised
+    in-process. Null never joins a cluster that happens to be running (`ray start`, RAY_ADDRESS):
+    that could be someone else's. What it started or joined is printed."""
     if ray.is_initialized():
         yield ray.get_runtime_context().gcs_address, None
         return
-    context = ray.init(address=settings.address, include_dashboard=settings.include_dashboard,
-                       dashboard_host="127.0.0.1", logging_level=logging.WARNING,
-                       runtime_env={"env_vars": dict(HARNESS_ENV)})
+    options: dict[str, Any] = {"logging_level": logging.WARNING,
+                               "runtime_env": {"env_vars": dict(HARNESS_ENV)}}
+    if settings.address is None or settings.address == "local":
+        context = ray.init(address="local", include_dashboard=settings.include_dashboard,
+                           dashboard_host="127.0.0.1", **options)
+        joined = "started a local Ray for this run"
+    else:
+        context = ray.init(address=settings.address, **options)
+        joined = f"attached to the Ray cluster at {settings.address}"
     try:
+        gcs = context.address_info.get("gcs_address")
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        print(f"{joined} ({gcs}, {nodes} node{'s' if nodes != 1 else ''})", flush=True)
         dashboard = context.dashboard_url or None
-        yield context.address_info.get("gcs_address"), (f"http://{dashboard}" if dashboard else None)
+        yield gcs, (f"http://{dashboard}" if dashboard else None)
     finally:
         ray.shutdown()
 
