@@ -45,6 +45,7 @@ from harness.lock import exclusive
 from harness.model_client import BUDGET_EXHAUSTED, AgentModelClient, GatewayUnavailable, ModelUnavailable
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec, build_plan, episode_ids, expected_episodes
+from harness.progress import JobFigures, progress_actor_name
 from harness.records import TABLES, AgentRunInfo, Episode, LLMCall, Manifest, RunRow
 from harness.resume import drop_orphans, finished_episodes
 from harness.runner import RunOutcome, build_agent
@@ -182,9 +183,11 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]  # resumed runs already done
     if not specs:
         return []
-    # Readable actor names on the dashboard (variant, env, seeds), unique per job.
-    job = f"{settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-    writer_name = f"writer {job}"
+    # Dashboard names that lead to the output: the job, the agent runs an actor hosts, the run dir.
+    job_num, overrides = _job_identity()
+    job = f"job {job_num}" if job_num is not None else "job"
+    tag = uuid.uuid4().hex[:6]  # a resumed job's new actors must not clash with a dying run's
+    writer_name = f"{job} writer {tag}: {run_dir}"
     writer = ray.remote(num_cpus=0)(TableWriter).options(name=writer_name).remote(
         str(run_dir), settings.output.flush_interval_s)
     n_workers = min(settings.ray.num_workers, len(specs))
@@ -192,24 +195,31 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     # A worker whose process dies is restarted by Ray and its `run` retried; it carries on from what
     # the writer holds (AgentWorker.run), so the run ends with the rows of an uninterrupted one.
     workers = [ray.remote(num_cpus=0, max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS)(
-        AgentWorker).options(name=f"agents {job} seeds {','.join(str(s.seed) for s in batch)} #{i}")
+        AgentWorker).options(name=f"{job} agents #{i} {tag}: {', '.join(s.run_id for s in batch)}")
         .remote(gateway_name, writer_name) for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
-    writer.append.remote(RunRow.table, _run_rows(specs, run_dir))
+    writer.append.remote(RunRow.table, _run_rows(specs, run_dir, job_num, overrides))
     # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
     gateway = ray.get_actor(gateway_name)
     ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
     total = sum(expected_episodes(s) - len(s.finished) for s in specs)
+    report = _ProgressReport(settings, specs, run_dir, job_num, total)
     try:
         with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
             while pending:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
                 _check_alive(servers, run_dir)
-                bar.update(_vital("the writer actor", writer.poll.remote(), run_dir)[Episode.table] - bar.n)
+                counts = _vital("the writer actor", writer.poll.remote(), run_dir)
+                bar.update(counts[Episode.table] - bar.n)
+                report.send(writer, counts)
         reports = [_vital("an agent worker", ref, run_dir) for ref in refs]
+        report.send(writer, ray.get(writer.poll.remote()), status="finished")
+    except BaseException:
+        report.send(writer, None, status="failed")
+        raise
     finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before its actor is killed.
         with contextlib.suppress(ray.exceptions.RayError):
@@ -220,15 +230,45 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     return [o for report in reports for o in report.outcomes]
 
 
-def _run_rows(specs: list[AgentRunSpec], run_dir: Path) -> list[dict[str, Any]]:
+class _ProgressReport:
+    """Sends this job's live figures to its sweep's progress actor (harness/progress.py), if any."""
+
+    def __init__(self, settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, job: int | None,
+                 planned: int) -> None:
+        self.actor = None
+        if settings.ray.gateway is not None and job is not None:
+            with contextlib.suppress(ValueError):  # no sweep view: nothing to report to
+                self.actor = ray.get_actor(progress_actor_name(settings.ray.gateway))
+        budget = settings.budget
+        self.figures = JobFigures(
+            job=job or 0, run_dir=str(run_dir), episodes_planned=planned,
+            budget_tokens=budget.max_tokens * len(specs) if budget.max_tokens else None,
+            budget_usd=budget.max_cost_usd * len(specs) if budget.max_cost_usd else None)
+
+    def send(self, writer: ray.actor.ActorHandle, counts: dict[str, int] | None,
+             status: str = "running") -> None:
+        if self.actor is None:
+            return
+        update: dict[str, Any] = {"status": status}
+        if counts is not None:
+            update.update(ray.get(writer.figures.remote()), episodes_done=counts[Episode.table])
+        self.figures = self.figures.model_copy(update=update)
+        self.actor.update.remote(self.figures)
+
+
+def _job_identity() -> tuple[int | None, list[str]]:
+    """This job's number in its sweep (None for a single run) and its command-line overrides."""
+    if not HydraConfig.initialized():
+        return None, []
+    hydra_cfg = HydraConfig.get()
+    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("ray.gateway=", "progress="))]
+    return (int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None), overrides
+
+
+def _run_rows(specs: list[AgentRunSpec], run_dir: Path, job: int | None,
+              overrides: list[str]) -> list[dict[str, Any]]:
     """A `runs` row for each agent run not already described there (a resume adds none)."""
     known = set(read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list())
-    job, overrides = None, []
-    if HydraConfig.initialized():
-        hydra_cfg = HydraConfig.get()
-        overrides = list(hydra_cfg.overrides.task)
-        job = int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    overrides = [o for o in overrides if not o.startswith(("ray.gateway=", "progress="))]
     return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
                    scenario=s.scenario, model=s.model, job=job, overrides=" ".join(overrides),
                    settings=json.dumps(s.settings, sort_keys=True), started_at=_now()).model_dump()

@@ -47,6 +47,8 @@ class TableWriter:
         self._sequence = 0
         self._buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
         self._rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
+        self._figures: dict[str, Any] = {"scored": 0, "successes": 0, "total_tokens": 0, "cost_usd": 0.0,
+                                         "errors": 0}
         self._last_flush = time.monotonic()
         # One writer per run directory: a writer left over from a killed run (its processes can
         # outlive the driver for a few seconds) must not add rows once a resumed run has started.
@@ -61,6 +63,8 @@ class TableWriter:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; known: {sorted(TABLES)}")
         self._buffers[table].extend(rows)
+        if table == Episode.table:
+            self._tally(rows)
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
 
@@ -81,6 +85,24 @@ class TableWriter:
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
         return {table: self._rows_written[table] + len(rows) for table, rows in self._buffers.items()}
+
+    def figures(self) -> dict[str, Any]:
+        """Live figures of the episodes received so far (for the sweep's progress view): stream
+        episodes attempted and succeeded (probes aside), tokens, dollars (None once unknown), errors."""
+        return dict(self._figures)
+
+    def _tally(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if not row["attempted"]:
+                continue
+            if not row["probe"]:
+                self._figures["scored"] += 1
+                self._figures["successes"] += bool(row["success"])
+            self._figures["total_tokens"] += row["total_tokens"]
+            cost = self._figures["cost_usd"]
+            known = cost is not None and row["cost_usd"] is not None
+            self._figures["cost_usd"] = cost + row["cost_usd"] if known else None
+            self._figures["errors"] += row["error"] is not None
 
     def restart_runs(self, run_ids: list[str]) -> list[str]:
         """These agent runs start again in a new worker (the old one died): write out what arrived,

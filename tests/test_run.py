@@ -143,3 +143,8 @@ def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(t
     assert (tmp_path / "multirun.yaml").exists() and all((j / ".hydra").is_dir() for j in jobs)
     summary = result.stdout[result.stdout.index("success_rate"):]
     assert "│ baseline ┆ 0 " in summary and "│ baseline ┆ 1 " in summary
+    # One live view: each finished job reported once, by the launcher, with its figures and output dir.
+    for job in (j for j in jobs if (j / "manifest.json").exists()):
+        lines = [line for line in result.stdout.splitlines() if line.startswith(f"job {job.name} finished:")]
+        assert len(lines) == 1 and lines[0].startswith(f"job {job.name} finished: 8/8 episodes, success ")
+        assert lines[0].endswith(f"-> {job}")

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import shlex
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +41,6 @@ def _run_job(hydra_context: HydraContext, task_function: TaskFunction, config: D
              singleton_state: dict[Any, Any]) -> JobReturn:
     Singleton.set_state(singleton_state)
     setup_globals()
-    started = time.time()
     try:
         result = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -51,8 +49,7 @@ def _run_job(hydra_context: HydraContext, task_function: TaskFunction, config: D
                            working_dir=str(Path.cwd()), status=JobStatus.FAILED,
                            _return_value=RuntimeError(f"job exited: {type(error).__name__}: {error}"))
     result.hydra_cfg = None  # not needed by the sweeper, and heavy to send back
-    log.info(f"job {config.hydra.job.num} {result.status.name.lower()} in {time.time() - started:.1f} s")
-    return result
+    return result  # the launcher's live view reports the job (once), not the job itself
 
 
 def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
@@ -67,6 +64,52 @@ def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
     if frames:
         print(format_summary(summarize(pl.concat(frames, how="diagonal_relaxed"))), flush=True)
     print(f"sweep tables in {sweep_dir}/<job>/", flush=True)
+
+
+class LiveView:
+    """The sweep's one live view: on a terminal a table redrawn in place (rich), elsewhere a line per
+    job when it finishes or fails."""
+
+    def __init__(self, progress: Any, total_jobs: int) -> None:
+        self.progress = progress
+        self.total_jobs = total_jobs
+        self._live: Any = None
+        self._told: dict[int, str] = {}
+
+    def __enter__(self) -> "LiveView":
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            from harness.progress import render
+
+            self._live = Live(render([], self.total_jobs), console=Console(stderr=True), refresh_per_second=2)
+            self._live.__enter__()
+        return self
+
+    def refresh(self) -> None:
+        import ray
+
+        from harness.progress import one_line, render
+
+        jobs = ray.get(self.progress.snapshot.remote())
+        if self._live is not None:
+            self._live.update(render(jobs, self.total_jobs))
+            return
+        for job in jobs:
+            if job.status != "running" and self._told.get(job.job) != job.status:
+                self._told[job.job] = job.status
+                print(one_line(job), flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            self.refresh()
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+
+def _job_dir(config: DictConfig) -> Path:
+    return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
 
 
 def _resume_command(sweep_dir: Path) -> str:
@@ -110,6 +153,7 @@ class RayLauncher(Launcher):
 
         from harness.config import ConfigError, EndpointSettings, HarnessConfig
         from harness.errors import RunAborted
+        from harness.progress import SweepProgress, progress_actor_name
         from harness.run import ray_session, start_gateway
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -142,22 +186,27 @@ class RayLauncher(Launcher):
                      + (f"; dashboard {dashboard}" if dashboard else ""))
             served: list[EndpointSettings] = list(models.values())
             _, servers = start_gateway(served, first.cache, sweep_dir, stack, name=gateway_name)
+            progress = ray.remote(num_cpus=0)(SweepProgress).options(
+                name=progress_actor_name(gateway_name)).remote()
+            stack.callback(ray.kill, progress)
             remote_job = ray.remote(num_cpus=0, max_retries=0)(_run_job)
             singleton_state = Singleton.get_state()
-            refs = [remote_job.options(name=f"job-{c.hydra.job.num}").remote(
+            refs = [remote_job.options(name=f"job {c.hydra.job.num}: {_job_dir(c)}").remote(
                 self.hydra_context, self.task_function, c, singleton_state) for c in configs]
             pending = list(refs)
-            while pending:  # the jobs depend on the shared model server: stop them all if it dies
-                _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
-                for server in servers:
-                    if server.exit_code() is not None:
-                        raise RunAborted(
-                            f"the local model server died (exit code {server.exit_code()}; see "
-                            f"{server.log_path}); the episodes written so far are kept; resume with: "
-                            f"{_resume_command(sweep_dir)}")
+            with LiveView(progress, len(configs)) as view:
+                while pending:  # the jobs depend on the shared model server: stop them all if it dies
+                    _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+                    for server in servers:
+                        if server.exit_code() is not None:
+                            raise RunAborted(
+                                f"the local model server died (exit code {server.exit_code()}; see "
+                                f"{server.log_path}); the episodes written so far are kept; resume with: "
+                                f"{_resume_command(sweep_dir)}")
+                    view.refresh()
             results: list[JobReturn] = ray.get(refs)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        _print_summary(sweep_dir, [Path(str(c.hydra.sweep.dir)) / str(c.hydra.sweep.subdir) for c in configs])
+        _print_summary(sweep_dir, [_job_dir(c) for c in configs])
         failed = [r for r in results if r.status == JobStatus.FAILED]
         for result in failed:
             log.error(f"job failed: {' '.join(result.overrides or [])}: {result._return_value}")

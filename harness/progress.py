@@ -1,0 +1,101 @@
+"""Live figures of a sweep: each job pushes its own, the launcher shows them all in one view.
+
+A small named actor (`SweepProgress`) holds the latest figures of every job and exports them as
+Ray metrics (`harness_*` gauges tagged with the job number), which the Ray dashboard's metrics
+view and its Prometheus endpoint show. The launcher renders them in the terminal with rich.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+GAUGES = {"episodes_done": "Episodes written", "episodes_planned": "Episodes the job will write",
+          "success_rate": "Success so far (stream tasks)", "total_tokens": "Tokens spent so far",
+          "cost_usd": "Dollars spent so far", "errors": "Episodes that ended with an error"}
+
+
+class JobFigures(BaseModel):
+    job: int
+    run_dir: str
+    status: str = "running"
+    """running, finished or failed."""
+    episodes_planned: int = 0
+    episodes_done: int = 0
+    successes: int = 0
+    scored: int = 0
+    """Stream episodes attempted so far (probes aside): the denominator of the success rate."""
+    total_tokens: int = 0
+    cost_usd: float | None = 0.0
+    errors: int = 0
+    budget_tokens: int | None = None
+    """The job's token cap over all its agent runs (null: none)."""
+    budget_usd: float | None = None
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.successes / self.scored if self.scored else None
+
+
+def progress_actor_name(gateway: str) -> str:
+    """The progress actor of the sweep whose shared gateway has this name."""
+    return f"{gateway} progress"
+
+
+class SweepProgress:
+    def __init__(self) -> None:
+        self.jobs: dict[int, JobFigures] = {}
+        self._gauges: dict[str, Any] = {}
+        try:
+            from ray.util.metrics import Gauge
+
+            self._gauges = {name: Gauge(f"harness_{name}", description=text, tag_keys=("job",))
+                            for name, text in GAUGES.items()}
+        except Exception:  # metrics are a convenience: the terminal view does not depend on them
+            self._gauges = {}
+
+    def update(self, figures: JobFigures) -> None:
+        self.jobs[figures.job] = figures
+        values = {"episodes_done": figures.episodes_done, "episodes_planned": figures.episodes_planned,
+                  "success_rate": figures.success_rate, "total_tokens": figures.total_tokens,
+                  "cost_usd": figures.cost_usd, "errors": figures.errors}
+        for name, value in values.items():
+            if name in self._gauges and value is not None:
+                self._gauges[name].set(float(value), tags={"job": str(figures.job)})
+
+    def snapshot(self) -> list[JobFigures]:
+        return [self.jobs[job] for job in sorted(self.jobs)]
+
+
+def render(jobs: list[JobFigures], total_jobs: int) -> Any:
+    """One table: a line per job and a total line with a bar over all jobs' episodes."""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    table = Table(title=f"sweep: {len(jobs)} of {total_jobs} jobs reporting", title_justify="left")
+    for column in ("job", "status", "episodes", "success", "tokens", "budget", "$", "errors", "output"):
+        table.add_column(column, justify="right" if column not in ("status", "output") else "left")
+    for job in jobs:
+        budget = (f"{job.total_tokens / job.budget_tokens:.0%} of {job.budget_tokens:,}" if job.budget_tokens
+                  else f"${job.budget_usd:g}" if job.budget_usd else "-")
+        table.add_row(str(job.job), job.status, f"{job.episodes_done}/{job.episodes_planned}",
+                      "-" if job.success_rate is None else f"{job.success_rate:.2f}", f"{job.total_tokens:,}",
+                      budget, "?" if job.cost_usd is None else f"{job.cost_usd:.4f}", str(job.errors),
+                      job.run_dir)
+    done = sum(j.episodes_done for j in jobs)
+    planned = sum(j.episodes_planned for j in jobs) or 1
+    table.caption = f"{done}/{planned} episodes"
+    grid = Table.grid()
+    grid.add_row(ProgressBar(total=planned, completed=done, width=60))
+    grid.add_row(table)
+    return grid
+
+
+def one_line(job: JobFigures) -> str:
+    """A job's figures in one line, for logs that are not a terminal."""
+    rate = "-" if job.success_rate is None else f"{job.success_rate:.2f}"
+    cost = "?" if job.cost_usd is None else f"${job.cost_usd:.4f}"
+    return (f"job {job.job} {job.status}: {job.episodes_done}/{job.episodes_planned} episodes, "
+            f"success {rate}, "
+            f"{job.total_tokens:,} tokens, {cost}, {job.errors} errors -> {job.run_dir}")
