@@ -53,7 +53,7 @@ def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
     if episodes.is_empty():
         raise ReportError(f"{', '.join(map(str, runs))}: no episodes written yet")
     calls = read_tables(runs, "llm_calls")
-    labels = settings_labels(run_rows)
+    labels = dict(settings_labels(run_rows).iter_rows())
     status = []
     for run in runs:
         manifest_path = run / "manifest.json"
@@ -62,10 +62,9 @@ def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
         mine = read_table(run, "episodes")
         done = mine.filter(~pl.col("probe") & pl.col("attempted")).height if mine.height else 0
         row: dict = {"run_dir": str(run), "status": manifest.get("status", "unknown")}
-        if labels.height:
-            ids = mine["run_id"].unique() if mine.height else pl.Series([], dtype=pl.String)
-            row["settings"] = "; ".join(sorted(set(labels.filter(pl.col("run_id").is_in(ids.implode()))
-                                                   ["settings"].to_list()) - {""}))
+        if labels:
+            ids = set(mine["run_id"]) if mine.height else set()
+            row["settings"] = "; ".join(sorted({labels.get(i, "") for i in ids} - {""}))
         own_calls = read_table(run, "llm_calls")
         row |= {"episodes": done, "expected": expected, "llm_calls": own_calls.height,
                 "cached_share": float(own_calls["cached"].mean()) if own_calls.height else None}

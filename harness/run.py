@@ -208,11 +208,16 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     total = sum(expected_episodes(s) - len(s.finished) for s in specs)
     report = _ProgressReport(settings, specs, run_dir, job_num, total)
     try:
-        with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr) as bar:
+        # Workers first build their environments (TextWorld compiles its games once, then caches
+        # them): the bar says so until the first episode arrives.
+        with tqdm(total=total, unit="episode", disable=not settings.progress, file=sys.stderr,
+                  desc=f"setting up {settings.env.name}") as bar:
             while pending:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
                 _check_alive(servers, run_dir)
                 counts = _vital("the writer actor", writer.poll.remote(), run_dir)
+                if counts[Episode.table] and bar.desc:
+                    bar.set_description_str("")
                 bar.update(counts[Episode.table] - bar.n)
                 report.send(writer, counts)
         reports = [_vital("an agent worker", ref, run_dir) for ref in refs]

@@ -128,7 +128,9 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     if calls is not None and not calls.is_empty():
         per_episode = calls.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
         episodes = episodes.join(per_episode, on="episode_id", how="left")
-        cached = pl.col("cached_calls").fill_null(0).filter(stream).sum() / pl.col("n_calls").filter(stream).sum()
+        n_calls = pl.col("n_calls").filter(stream).sum()
+        cached = (pl.when(n_calls > 0)
+                  .then(pl.col("cached_calls").fill_null(0).filter(stream).sum() / n_calls))
     else:
         cached = pl.lit(None, dtype=pl.Float64)
     keys = grouping(episodes)

@@ -77,3 +77,59 @@ def test_bootstrap_ci_brackets_the_mean_and_is_degenerate_for_constant_data():
     low, high = bootstrap_ci(data)
     assert low < 0.3 < high and high - low < 0.25
     assert bootstrap_ci(np.ones(10)) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("jobs,labels", [
+    ((("variant=reflexion", "variant.max_attempts=1"), ("variant=reflexion", "variant.max_attempts=3")),
+     ["variant.max_attempts=1", "variant.max_attempts=3"]),
+    ((("model.scripted.accuracy=0.2",), ("model.scripted.accuracy=0.9",)),
+     ["model.scripted.accuracy=0.2", "model.scripted.accuracy=0.9"]),
+])
+def test_runs_that_differ_in_a_swept_setting_are_never_merged(tmp_path, capsys, jobs, labels):
+    from tests.test_summary import sweep as write_sweep
+
+    write_sweep(tmp_path, *jobs)
+    assert main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    variant = "reflexion" if "reflexion" in jobs[0][0] else "baseline"
+    assert all(f"| {variant} | {label} | 1 | 6 |" in printed for label in labels)
+    report = (tmp_path / "report.md").read_text()
+    runs = report[report.index("## Runs"):]
+    assert all(f"| finished | {label} | 6 | 6 |" in runs for label in labels)
+
+
+def test_older_run_directories_without_a_runs_table_are_grouped_by_variant(tmp_path, capsys):
+    import shutil
+
+    from tests.test_summary import sweep as write_sweep
+
+    for directory in write_sweep(tmp_path, ("variant=reflexion", "variant.max_attempts=1"),
+                                 ("variant=reflexion", "variant.max_attempts=3")):
+        shutil.rmtree(directory / "runs")
+    assert main([str(tmp_path)]) == 0
+    assert "| reflexion | 1 | 12 |" in capsys.readouterr().out
+
+
+def test_a_run_without_episodes_yet_is_refused_in_one_line(tmp_path, capsys):
+    TableWriter(tmp_path, flush_interval_s=0).close()  # every table exists, with no rows
+    assert main([str(tmp_path)]) == 2
+    assert "no episodes written yet" in capsys.readouterr().err
+
+
+def test_help_describes_the_harness():
+    """`python -m harness --help` (conf/hydra/help/harness.yaml; selected here on the command line
+    in case conf/config.yaml does not select it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-m", "harness", "--help", "hydra/help=harness"],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert text.startswith("harness: a Ray-based benchmark harness for self-evolving LLM agents")
+    assert "variant: baseline, best_of_k, memory" in text and "model: litellm, scripted, smollm2" in text
+    for needle in ("== Useful overrides ==", "model=scripted", "-m model.scripted.accuracy=0.2,0.9",
+                   "outputs/runs/DATE/TIME/", "hydra.run.dir=DIR", "python -m harness.report DIR"):
+        assert needle in text, needle
