@@ -139,4 +139,4 @@ def test_a_run_whose_calls_mostly_failed_says_so_and_exits_non_zero(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(
         "error: 4 of 4 model calls failed (most often: RateLimitError:")
-    assert "4 episodes" in result.stdout  # the rows are kept and summarised all the same
+    assert "4 stream episodes in" in result.stdout  # the rows are kept and summarised all the same
