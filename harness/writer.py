@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from harness.records import TABLES, Episode
@@ -154,23 +155,28 @@ def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
     """Merge the table's files into `part-<name>-compacted.parquet` (see the module docstring for the
     steps and what a crash leaves); None when there is nothing to merge, or a file's columns differ
     from `schema` (written by another version of the harness: left as it is)."""
+    _drop_replaced(directory)
     files = table_files(directory)
-    plain = schema.remove_metadata()
-    if len(files) < 2 or any(not pq.read_schema(f).remove_metadata().equals(plain) for f in files):
+    if len(files) < 2:
         return None
+    plain = schema.remove_metadata()
     final = directory / f"part-{name}{COMPACTED}"
     temporary = directory / f".{final.name}.tmp"
     metadata = {**(schema.metadata or {}), REPLACES: json.dumps([f.name for f in files]).encode()}
     merged = schema.with_metadata(metadata)
+    parts = ds.dataset([str(f) for f in files], format="parquet")
+    if any(not f.physical_schema.remove_metadata().equals(plain) for f in parts.get_fragments()):
+        return None
     try:
         with pq.ParquetWriter(temporary, merged) as out:
             pending: list[pa.RecordBatch] = []
-            for file in files:
-                for batch in pq.ParquetFile(file).iter_batches(batch_size=ROW_GROUP_ROWS):
-                    pending.append(batch.replace_schema_metadata(metadata))
-                    if sum(b.num_rows for b in pending) >= ROW_GROUP_ROWS:
-                        out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
-                        pending = []
+            rows = 0
+            for batch in parts.to_batches(batch_size=ROW_GROUP_ROWS):  # in file order
+                pending.append(batch.replace_schema_metadata(metadata))
+                rows += batch.num_rows
+                if rows >= ROW_GROUP_ROWS:
+                    out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
+                    pending, rows = [], 0
             if pending:
                 out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
         _fsync(temporary)
@@ -193,10 +199,14 @@ def recover(run_dir: Path) -> None:
             continue
         for temporary in directory.glob(".*.tmp"):
             temporary.unlink(missing_ok=True)
-        for compacted in directory.glob(f"*{COMPACTED}"):
-            for name in _replaces(compacted):
-                if name != compacted.name:
-                    (directory / name).unlink(missing_ok=True)
+        _drop_replaced(directory)
+
+
+def _drop_replaced(directory: Path) -> None:
+    for compacted in directory.glob(f"*{COMPACTED}"):
+        for name in _replaces(compacted):
+            if name != compacted.name:
+                (directory / name).unlink(missing_ok=True)
 
 
 def _replaces(compacted: Path) -> list[str]:

@@ -224,7 +224,8 @@ def test_the_readmes_sweep_one_liners_read_every_job(sweep_dir):
     table = ds.dataset(sorted(glob.glob(f"{sweep}/*/episodes/*.parquet"))).to_table()
     assert table.num_rows == 12 and isinstance(table.to_pandas(), pd.DataFrame)
     runs = pl.read_parquet(f"{sweep}/*/runs/*.parquet")
-    joined = episodes.join(runs.select("run_id", "job", "overrides", "settings"), on="run_id").with_columns(
+    joined = pl.read_parquet(f"{sweep}/*/episodes/*.parquet").join(
+        runs.select("run_id", "job", "settings"), on="run_id").with_columns(
         max_attempts=pl.col("settings").str.json_path_match("$['variant.max_attempts']"))
     assert sorted(joined.group_by("max_attempts", "job").len().rows()) == [("1", 0, 6), ("3", 1, 6)]
     by_sql = duckdb.sql(f"""select json_extract(r.settings, '$."variant.max_attempts"') as max_attempts,

@@ -55,14 +55,11 @@ def _run_job(hydra_context: HydraContext, task_function: TaskFunction, config: D
 def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
     """One table for the whole sweep, read back from the jobs' tables (their own prints go through
     Ray's log forwarding, which may drop the last lines at shutdown)."""
-    import polars as pl
+    from harness.summary import format_summary, summarize_dirs
 
-    from harness.summary import format_summary, read_table, summarize
-
-    frames = [read_table(d, "episodes") for d in job_dirs if (d / "episodes").is_dir()]
-    frames = [f for f in frames if not f.is_empty()]
-    if frames:
-        print(format_summary(summarize(pl.concat(frames, how="diagonal_relaxed"))), flush=True)
+    summary = summarize_dirs(d for d in job_dirs if (d / "episodes").is_dir())
+    if not summary.is_empty():
+        print(format_summary(summary), flush=True)
     print(f"sweep tables in {sweep_dir}/<job>/", flush=True)
 
 
