@@ -103,6 +103,7 @@ class Gateway:
             self._first_key.setdefault(m.name, key)
             if isinstance(m, ModelSettings) and m.scripted is not None:
                 self.scripted.add(_scripted_route(key), m.scripted, answer_key or {})
+                self.scripted.add(m.name, m.scripted, answer_key or {})  # plain name: the first settings
             if m.api_base and not _keys_in_environment(m.name, m.api_base):
                 self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
 

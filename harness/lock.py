@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def exclusive(directory: Path, what: str = "run") -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
             raise DirectoryInUse(
                 f"{directory} is in use by another live harness {what} ({holder}); wait for it to "
                 f"finish or stop it, or choose another directory") from None
@@ -40,3 +41,14 @@ def exclusive(directory: Path, what: str = "run") -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as its file says; a holder that has just taken it may not have written
+    yet, so wait a moment for it."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if text or time.monotonic() > deadline:
+            return text or "holder unknown"
+        time.sleep(0.05)

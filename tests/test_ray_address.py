@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
 from harness.model_server import free_port
-from tests.processes import QUIET, run_cli
+from tests.processes import QUIET, run_cli, stop_session
 
 SCRIPTED = ["model=scripted", "embedder=hashing", "stream.num_tasks=3", "cache.enabled=false", *QUIET]
 
@@ -31,12 +30,7 @@ def other_cluster(tmp_path_factory):
         if "Ray runtime started" in line or "ray start --address" in line:
             break
     yield f"127.0.0.1:{port}"
-    os.killpg(head.pid, signal.SIGTERM)
-    try:
-        head.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
+    stop_session(head)  # every process `ray start` started is in the session it was given
 
 
 def test_null_starts_its_own_ray_even_when_another_cluster_runs(other_cluster, tmp_path):
