@@ -102,6 +102,16 @@ def resume_command(output: str) -> list[str]:
     return [sys.executable, *command[1:]]
 
 
+def resume_to_the_end(command: list[str], run_dir: Path, planned: int) -> None:
+    """Run the printed resume command: the run completes, no episode twice, none failed by the fault."""
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    written = episodes(run_dir)
+    assert written.height == planned and written["episode_id"].is_unique().all()
+    assert written["error"].null_count() == planned
+
+
 @pytest.mark.parametrize("part, marker", [("the gateway actor", "ray::GatewayActor"),
                                           ("the writer actor", "ray::TableWriter")])
 def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):
@@ -123,12 +133,7 @@ def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it
     assert f"hydra.run.dir={run_dir}" in command
     if part == "the writer actor":
         return  # the same resume as after the gateway's death, tested there
-    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                             start_new_session=True)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    written = episodes(run_dir)
-    assert written.height == 40 and written["episode_id"].is_unique().all()
-    assert written["error"].null_count() == 40
+    resume_to_the_end(command, run_dir, 40)
 
 
 @pytest.mark.e2e
@@ -160,9 +165,4 @@ def test_the_local_model_server_never_outlives_its_run_and_its_death_stops_the_r
     finally:
         stop_session(again)
 
-    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                             start_new_session=True)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    written = episodes(run_dir)
-    assert written.height == 8 and written["episode_id"].is_unique().all()
-    assert written["error"].null_count() == 8
+    resume_to_the_end(command, run_dir, 8)
