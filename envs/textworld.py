@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
+import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -133,7 +135,6 @@ class TextWorldGames(Environment):
                 argv += [flag, str(value)]
         options = textworld.GameOptions()
         options.seeds = seed
-        options.path = str(path)
         options.file_ext = ".z8"
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -141,5 +142,11 @@ class TextWorldGames(Environment):
         except SystemExit:  # argparse has already printed what is wrong
             raise ValueError(f"env.settings: {self.settings} are not valid {self.challenge} settings "
                              f"(see tw-make {self.challenge} --help)") from None
-        game = make_game(settings=settings, options=options)
-        textworld.generator.compile_game(game, options)
+        # Built in a directory of its own, then moved into the shared cache, the game file last: a
+        # run (or a second test suite) on the same machine never reads a half-written game.
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".building-") as building:
+            options.path = str(Path(building) / path.name)
+            game = make_game(settings=settings, options=options)
+            textworld.generator.compile_game(game, options)
+            for built in sorted(Path(building).iterdir(), key=lambda f: f.suffix == ".z8"):
+                os.replace(built, path.parent / built.name)
