@@ -368,13 +368,17 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
         return
     options: dict[str, Any] = {"logging_level": logging.WARNING,
                                "runtime_env": {"env_vars": dict(HARNESS_ENV)}}
-    if settings.address is None or settings.address == "local":
-        context = ray.init(address="local", include_dashboard=settings.include_dashboard,
-                           dashboard_host="127.0.0.1", **options)
-        joined = "started a local Ray for this run"
-    else:
-        context = ray.init(address=settings.address, **options)
-        joined = f"attached to the Ray cluster at {settings.address}"
+    try:
+        if settings.address is None or settings.address == "local":
+            context = ray.init(address="local", include_dashboard=settings.include_dashboard,
+                               dashboard_host="127.0.0.1", **options)
+            joined = "started a local Ray for this run"
+        else:
+            context = ray.init(address=settings.address, **options)
+            joined = f"attached to the Ray cluster at {settings.address}"
+    except Exception as error:  # e.g. a node that timed out starting on an overloaded machine
+        where = "start a local Ray" if settings.address in (None, "local") else f"reach {settings.address}"
+        raise RunAborted(f"could not {where} ({one_line(error, 300)}); nothing was run") from None
     try:
         gcs = context.address_info.get("gcs_address")
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))

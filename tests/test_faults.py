@@ -157,7 +157,7 @@ def test_the_local_model_server_never_outlives_its_run_and_its_death_stops_the_r
     again = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
     try:
-        wait_for(lambda: session_processes(again.pid, "llama_cpp.server"), 120, "the resumed run's server")
+        wait_for(lambda: session_processes(again.pid, "llama_cpp.server"), 240, "the resumed run's server")
         server = session_processes(again.pid, "llama_cpp.server")[0]
         again.send_signal(signal.SIGKILL)
         again.wait()
