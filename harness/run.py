@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -326,6 +328,22 @@ def _check_models(settings: HarnessConfig) -> None:
     for model, field in remote:
         check_model_name(model.name, field)
         check_credentials(model, field)
+        if model.api_base:
+            _check_reachable(model.api_base, field.rsplit(".", 1)[0] + ".api_base")
+
+
+def _check_reachable(api_base: str, field: str) -> None:
+    """A server of the user's own that nothing answers at fails now, not after every task's retries.
+    Any HTTP answer (even 401 or 404) means something listens: the calls will say the rest."""
+    try:
+        with urllib.request.urlopen(f"{api_base.rstrip('/')}/models", timeout=10):
+            pass
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConfigError(f"invalid config: {field}: nothing answers at {api_base} ({reason}); start the "
+                          "server first, or fix the address") from None
 
 
 def is_harness_served(model: EndpointSettings) -> bool:

@@ -140,3 +140,17 @@ def test_a_run_whose_calls_mostly_failed_says_so_and_exits_non_zero(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith(
         "error: 4 of 4 model calls failed (most often: RateLimitError:")
     assert "4 stream episodes in" in result.stdout  # the rows are kept and summarised all the same
+
+
+def test_a_server_nothing_answers_at_fails_before_anything_starts(tmp_path):
+    from harness.model_server import free_port
+
+    api_base = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    clock = time.monotonic()
+    result = run_cli("model=litellm", "model.name=openai/my-model", f"model.api_base={api_base}", *QUIET,
+                     f"hydra.run.dir={tmp_path / 'run'}", timeout=120, env=NO_KEYS)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(
+        f"error: invalid config: model.api_base: nothing answers at {api_base}")
+    assert len(result.stderr.strip().splitlines()) == 1 and "Ray" not in result.stdout
+    assert time.monotonic() - clock < 60
