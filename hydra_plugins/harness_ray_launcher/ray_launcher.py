@@ -136,13 +136,19 @@ class RayLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:
             with exclusive(sweep_dir, "sweep"):  # one live sweep per directory
-                return self._launch(sweep_dir, job_overrides, initial_job_idx)
+                results = self._launch(sweep_dir, job_overrides, initial_job_idx)
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(2)
         except RunAborted as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(1)
+        failed = sum(r.status == JobStatus.FAILED for r in results)
+        if failed:  # said per job above; Hydra's sweeper would add a traceback of the first failure
+            print(f"error: {failed} of {len(results)} jobs failed (see each job's line above); the others' "
+                  f"tables are in {sweep_dir}", file=sys.stderr, flush=True)
+            sys.exit(1)
+        return results
 
     def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
