@@ -2,7 +2,8 @@
 
 A test touches only what it started: the harness runs in a session of its own
 (`start_new_session=True`), and Ray's processes stay in that session, so a process is ours when its
-session id is the run's pid. Never `pkill -f`: that reaches other users' runs on a shared machine.
+session id is the run's pid. Never kill by command-line pattern: that reaches other users' runs on a
+shared machine.
 """
 
 from __future__ import annotations
