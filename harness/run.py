@@ -217,7 +217,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
                   desc=f"setting up {settings.env.name}") as bar:
             while pending:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-                _check_alive(servers, run_dir)
+                check_alive(servers, run_dir)
                 counts = _vital("the writer actor", writer.poll.remote(), run_dir)
                 if counts[Episode.table] and bar.n == 0:
                     bar.set_description_str("")
@@ -297,21 +297,24 @@ def _vital(what: str, ref: ray.ObjectRef, run_dir: Path) -> Any:
         raise RunAborted(f"{what} failed ({one_line(error, 300)}); {resume_hint(run_dir)}") from None
 
 
-def _check_alive(servers: list[LocalModelServer], run_dir: Path) -> None:
+def check_alive(servers: list[LocalModelServer], run_dir: Path, sweep: bool = False) -> None:
+    """Stop the run (or sweep) in one line if a local model server it depends on has died."""
     for server in servers:
         code = server.exit_code()
         if code is not None:
             raise RunAborted(f"the local model server died (exit code {code}; see {server.log_path}); "
-                             f"{resume_hint(run_dir)}")
+                             f"{resume_hint(run_dir, sweep)}")
 
 
-def resume_hint(run_dir: Path) -> str:
-    """What to type to carry on: the same overrides, into the same directory."""
+def resume_hint(directory: Path, sweep: bool = False) -> str:
+    """What to type to carry on: the same overrides, into the same run (or sweep) directory."""
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
     overrides: list[str] = []
     if HydraConfig.initialized():
         overrides = [o for o in HydraConfig.get().overrides.task
-                     if not o.startswith(("hydra.run.dir=", "ray.gateway=", "progress="))]
-    command = shlex.join(["python", "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"])
+                     if not o.startswith((f"{key}=", "ray.gateway=", "progress="))]
+    sweeping = ["-m"] if sweep else []
+    command = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
     return f"the episodes written so far are kept; resume with: {command}"
 
 

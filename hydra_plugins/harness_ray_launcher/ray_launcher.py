@@ -11,7 +11,6 @@ others are done and does not stop them.
 
 import contextlib
 import logging
-import shlex
 import sys
 import uuid
 from collections.abc import Sequence
@@ -109,13 +108,6 @@ def _job_dir(config: DictConfig) -> Path:
     return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
 
 
-def _resume_command(sweep_dir: Path) -> str:
-    from hydra.core.hydra_config import HydraConfig
-
-    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("hydra.sweep.dir=")]
-    return shlex.join(["python", "-m", "harness", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"])
-
-
 class RayLauncher(Launcher):
     def __init__(self) -> None:
         self.config: DictConfig | None = None
@@ -155,9 +147,8 @@ class RayLauncher(Launcher):
         import ray
 
         from harness.config import ConfigError, EndpointSettings, HarnessConfig
-        from harness.errors import RunAborted
         from harness.progress import SweepProgress, progress_actor_name
-        from harness.run import ray_session, start_gateway
+        from harness.run import check_alive, ray_session, start_gateway
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         gateway_name = f"harness-gateway-{uuid.uuid4().hex[:8]}"
@@ -200,12 +191,7 @@ class RayLauncher(Launcher):
             with LiveView(progress, len(configs)) as view:
                 while pending:  # the jobs depend on the shared model server: stop them all if it dies
                     _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
-                    for server in servers:
-                        if server.exit_code() is not None:
-                            raise RunAborted(
-                                f"the local model server died (exit code {server.exit_code()}; see "
-                                f"{server.log_path}); the episodes written so far are kept; resume with: "
-                                f"{_resume_command(sweep_dir)}")
+                    check_alive(servers, sweep_dir, sweep=True)
                     view.refresh()
             results: list[JobReturn] = ray.get(refs)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
