@@ -53,15 +53,23 @@ def test_when_one_of_several_concurrent_calls_fails_the_others_are_still_written
 
 class SlowFirstAnswer(RecordingGateway):
     """The first call of a batch is answered (and billed) but its reply travels slowly; its siblings
-    arrive later and are refused at once: the refusal surfaces before the billed answer does."""
+    reach the gateway only once that answer is billed, so they are refused at once: the refusals
+    surface before the billed answer does. Ordered by an event, not by sleeps, so a loaded machine
+    cannot reorder it."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.first_billed = asyncio.Event()
 
     async def call(self, request: CallRequest) -> CallResult:
         index = len(self.requests)
         self.requests.append(request)
-        await asyncio.sleep(0.01 * index)
+        if index > 0:
+            await self.first_billed.wait()
+            return await self.inner.call(request)
         result = await self.inner.call(request)
-        if index == 0:
-            await asyncio.sleep(0.2)
+        self.first_billed.set()
+        await asyncio.sleep(0.2)
         return result
 
 
