@@ -18,11 +18,9 @@ import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
-from harness.config import BudgetSettings, CacheSettings
 from harness.errors import one_line
 from harness.model_client import CallRequest, CallResult, GatewayUnavailable
 from harness.plan import AgentRunSpec, build_environment, episode_ids
-from harness.records import Usage
 from harness.runner import RunOutcome, run_agent
 
 
@@ -36,12 +34,6 @@ class GatewayActor:
 
     async def call(self, request: CallRequest) -> CallResult:
         return await self.gateway.call(request)
-
-    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
-        await self.gateway.open_run(run_id, budget, cache)
-
-    def spent(self, run_id: str) -> Usage:
-        return self.gateway.spent(run_id)
 
     def register(self, *args: Any, **kwargs: Any) -> None:
         self.gateway.register(*args, **kwargs)
@@ -59,9 +51,6 @@ class ActorGatewayLink:
             return await self.actor.call.remote(request)
         except ray.exceptions.RayActorError as error:
             raise GatewayUnavailable(f"the gateway actor died: {one_line(error)}") from None
-
-    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
-        await self.actor.open_run.remote(run_id, budget, cache)
 
 
 class ActorSink:

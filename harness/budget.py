@@ -1,4 +1,4 @@
-"""The budget ledger: what each agent run has spent, enforced before a call is sent.
+"""The budget ledger: what an agent run has spent, enforced before a call is sent.
 
 Caps count every purpose (acting and all self-improvement overhead) and cached answers at what
 they are billed. A call is admitted while the run is under its cap; calls already in flight when
@@ -7,8 +7,6 @@ records how many of its run's calls were in flight when it was admitted.
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 from harness.config import BudgetSettings
 from harness.records import Usage
@@ -24,26 +22,23 @@ def exhausted(budget: BudgetSettings, spent: Usage) -> str | None:
     return None
 
 
-class Ledger:
-    def __init__(self) -> None:
-        self.caps: dict[str, BudgetSettings] = {}
-        self.spent: dict[str, Usage] = {}
-        self.in_flight: Counter[str] = Counter()
+class RunLedger:
+    """One agent run's tally, kept beside the run (in its AgentModelClient): the only count of what
+    the run has spent, so the gateway holds no per-run state and can be replicated."""
 
-    def set_cap(self, run_id: str, budget: BudgetSettings) -> None:
-        self.caps[run_id] = budget
-        self.spent.setdefault(run_id, Usage())
+    def __init__(self, budget: BudgetSettings | None) -> None:
+        self.budget = budget
+        self.spent = Usage()
+        self.in_flight = 0
 
-    def exhausted(self, run_id: str) -> str | None:
-        budget = self.caps.get(run_id)
-        return exhausted(budget, self.spent.get(run_id, Usage())) if budget is not None else None
+    def exhausted(self) -> str | None:
+        return exhausted(self.budget, self.spent) if self.budget is not None else None
 
-    def admit(self, run_id: str) -> int:
+    def admit(self) -> int:
         """Count a call in flight; returns how many of the run's calls already were."""
-        already = self.in_flight[run_id]
-        self.in_flight[run_id] += 1
-        return already
+        self.in_flight += 1
+        return self.in_flight - 1
 
-    def settle(self, run_id: str, usage: Usage) -> None:
-        self.in_flight[run_id] -= 1
-        self.spent[run_id] = self.spent.get(run_id, Usage()) + usage
+    def settle(self, usage: Usage) -> None:
+        self.in_flight -= 1
+        self.spent = self.spent + usage

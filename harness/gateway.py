@@ -21,10 +21,8 @@ from typing import Any
 import litellm
 from litellm import CustomLLM
 
-from harness.budget import Ledger
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
 from harness.config import (
-    BudgetSettings,
     CacheSettings,
     ConfigError,
     EndpointSettings,
@@ -35,8 +33,8 @@ from harness.config import (
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.errors import one_line
 from harness.limits import RateGate
-from harness.model_client import BUDGET_EXHAUSTED, CallRequest, CallResult
-from harness.records import LLMCall, Usage
+from harness.model_client import CallRequest, CallResult
+from harness.records import LLMCall
 from harness.scripted import ScriptedRouter
 
 litellm.suppress_debug_info = True
@@ -74,13 +72,10 @@ class Gateway:
         self._first_key: dict[str, str] = {}
         self.default_cache = cache
         self._caches: dict[str, ResponseCache] = {}
-        self._run_cache: dict[str, CacheSettings] = {}
-        """Each run's own cache settings (a sweep's jobs share one gateway but not their settings)."""
         self.local_servers: dict[str, str] = {}
         self._keyless: set[str] = set()
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._gates: dict[str, RateGate] = {}
-        self.ledger = Ledger()
         self._unwritable: set[Path] = set()
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
@@ -110,19 +105,8 @@ class Gateway:
     def serves_locally(self, name: str) -> bool:
         return name in self.local_servers
 
-    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings | None = None) -> None:
-        """Start the run's ledger from zero (a restarted run replays what it had spent) and remember
-        its cache settings."""
-        self.ledger.set_cap(run_id, budget)
-        if cache is not None:
-            self._run_cache[run_id] = cache
-
-    def spent(self, run_id: str) -> Usage:
-        """What the run's calls have cost so far, as the ledger counts it."""
-        return self.ledger.spent.get(run_id, Usage())
-
-    def _cache_for(self, run_id: str) -> tuple[ResponseCache | None, bool]:
-        settings = self._run_cache.get(run_id, self.default_cache)
+    def _cache_for(self, request: CallRequest) -> tuple[ResponseCache | None, bool]:
+        settings = request.cache or self.default_cache
         if settings is None or not settings.enabled:
             return None, settings.charge if settings is not None else True
         directory = str(settings.dir)
@@ -131,41 +115,31 @@ class Gateway:
         return self._caches[directory], settings.charge
 
     async def call(self, request: CallRequest) -> CallResult:
-        """Never raises: whatever fails, the caller gets a record (with its error)."""
+        """Never raises: whatever fails, the caller gets a record (with its error). Budgets are the
+        caller's (harness.model_client): the gateway keeps no per-run state."""
         started_at = dt.datetime.now(dt.UTC)
         key = request.endpoint or self._first_key.get(request.model, "")
         settings = self.endpoints.get(key)
         if settings is None:
             return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
                                 f"UnknownModel: the gateway serves {sorted(self._first_key)}, not "
-                                f"{request.model!r}", cached=False, in_flight=0)
-        exhausted = self.ledger.exhausted(request.run_id)
-        if exhausted is not None:  # refused before sending: nothing spent
-            return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
-                                f"{BUDGET_EXHAUSTED}: {exhausted}", cached=False,
-                                in_flight=self.ledger.in_flight[request.run_id])
-        in_flight = self.ledger.admit(request.run_id)
+                                f"{request.model!r}", cached=False)
         try:
-            result = await self._answer(key, settings, request, started_at, in_flight)
+            return await self._answer(key, settings, request, started_at)
         except Exception as error:  # a harness bug after sending: the call may be billed, so record it
-            result = self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
-                                  f"GatewayError: {one_line(error)}", cached=False, in_flight=in_flight)
-        except BaseException:  # cancelled: nothing known was spent
-            self.ledger.settle(request.run_id, Usage())
-            raise
-        self.ledger.settle(request.run_id, result.record.usage)
-        return result
+            return self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
+                                f"GatewayError: {one_line(error)}", cached=False)
 
     async def _answer(self, key: str, settings: EndpointSettings, request: CallRequest,
-                      started_at: dt.datetime, in_flight: int) -> CallResult:
+                      started_at: dt.datetime) -> CallResult:
         clock = time.perf_counter()
-        cache, charge_cached = self._cache_for(request.run_id)
+        cache, charge_cached = self._cache_for(request)
         cache_key = request_key(settings, request) if cache is not None and cacheable(request) else None
         hit = cache.get(cache_key) if cache is not None and cache_key is not None else None
         if hit is not None:
             cost = hit.cost_usd if charge_cached else 0.0
             return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
-                                cached=True, in_flight=in_flight)
+                                cached=True)
         limit = self._limits.setdefault(key, asyncio.Semaphore(settings.max_concurrency))
         queued = time.perf_counter()
         async with limit:
@@ -187,7 +161,7 @@ class Gateway:
             if cache is not None and cache_key is not None:
                 self._store(cache, cache_key, answer)
         result = self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
-                              error, cached=False, in_flight=in_flight)
+                              error, cached=False)
         return result.model_copy(update={"fatal": error is not None and error.startswith(FATAL_ERRORS)})
 
     def _store(self, cache: ResponseCache, key: str, answer: CachedAnswer) -> None:
@@ -203,14 +177,15 @@ class Gateway:
     @staticmethod
     def _result(request: CallRequest, started_at: dt.datetime, answer: CachedAnswer, cost: float | None,
                 latency_s: float, queued_s: float, retries: int, error: str | None,
-                cached: bool, in_flight: int) -> CallResult:
+                cached: bool) -> CallResult:
         record = LLMCall(
             call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
             task_id=request.task_id, attempt=request.attempt, purpose=request.purpose, model=request.model,
             prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             total_tokens=answer.prompt_tokens + answer.completion_tokens,
             usage_source=answer.usage_source, cost_usd=cost, latency_s=latency_s, queued_s=queued_s,
-            retries=retries, cached=cached, error=error, run_in_flight=in_flight, started_at=started_at)
+            retries=retries, cached=cached, error=error, run_in_flight=request.run_in_flight,
+            started_at=started_at)
         return CallResult(text=answer.text, vectors=answer.vectors, record=record)
 
     def _send(self, key: str, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:

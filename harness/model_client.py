@@ -8,10 +8,13 @@ and attempt the next calls belong to and collects their records after each episo
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import uuid
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.budget import RunLedger
 from harness.config import BudgetSettings, CacheSettings
 from harness.records import LLMCall, Purpose, Usage
 
@@ -39,6 +42,10 @@ class CallRequest(BaseModel):
     task_id: str | None
     attempt: int
     params: dict[str, Any] = {}
+    cache: CacheSettings | None = None
+    """The run's own cache settings (a sweep's runs differ); None: the gateway's default."""
+    run_in_flight: int = 0
+    """Calls of the same run already in flight when this one was admitted (see LLMCall)."""
 
 
 class CallResult(BaseModel):
@@ -86,10 +93,6 @@ class GatewayUnavailable(RuntimeError):
 class GatewayLink(Protocol):
     async def call(self, request: CallRequest) -> CallResult: ...
 
-    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
-        """Start (or restart from zero) the run's budget ledger, and serve it with its own cache
-        settings."""
-
 
 class ModelClient(Protocol):
     """The only way agents reach a model."""
@@ -103,8 +106,12 @@ class ModelClient(Protocol):
 class AgentModelClient:
     def __init__(self, gateway: GatewayLink, model: str, run_id: str,
                  default_params: dict[str, Any] | None = None, embedder: str | None = None,
-                 model_endpoint: str | None = None, embedder_endpoint: str | None = None) -> None:
+                 model_endpoint: str | None = None, embedder_endpoint: str | None = None,
+                 budget: BudgetSettings | None = None, cache: CacheSettings | None = None) -> None:
         self.gateway = gateway
+        self.ledger = RunLedger(budget)
+        """The run's one tally: every call is admitted against it before it is sent."""
+        self.cache = cache
         self.model = model
         self.model_endpoint = model_endpoint
         self.embedder = embedder
@@ -136,7 +143,7 @@ class AgentModelClient:
                        **params: Any) -> Completion:
         request = CallRequest(model=self.model, endpoint=self.model_endpoint, messages=messages,
                               purpose=purpose, run_id=self.run_id, episode_id=self.episode_id,
-                              task_id=self.task_id, attempt=self.attempt,
+                              task_id=self.task_id, attempt=self.attempt, cache=self.cache,
                               params={**self.default_params, **params})
         result = await self._call(request)
         assert result.text is not None
@@ -146,9 +153,8 @@ class AgentModelClient:
         if self.embedder is None:
             raise RuntimeError("this run has no embedder configured")
         request = CallRequest(kind="embed", model=self.embedder, endpoint=self.embedder_endpoint, texts=texts,
-                              purpose="embed",
-                              run_id=self.run_id, episode_id=self.episode_id, task_id=self.task_id,
-                              attempt=self.attempt)
+                              purpose="embed", run_id=self.run_id, episode_id=self.episode_id,
+                              task_id=self.task_id, attempt=self.attempt, cache=self.cache)
         result = await self._call(request)
         assert result.vectors is not None
         return result.vectors
@@ -165,6 +171,26 @@ class AgentModelClient:
         return result
 
     async def _record(self, request: CallRequest) -> CallResult:
-        result = await self.gateway.call(request)
+        refusal = self.ledger.exhausted()
+        if refusal is not None:  # refused before sending: nothing spent, but the row says so
+            result = CallResult(record=_unsent(request, f"{BUDGET_EXHAUSTED}: {refusal}",
+                                               self.ledger.in_flight))
+        else:
+            in_flight = self.ledger.admit()
+            try:
+                result = await self.gateway.call(request.model_copy(update={"run_in_flight": in_flight}))
+            except BaseException:  # the gateway was not reached, or the call was cancelled
+                self.ledger.settle(Usage())
+                raise
+            self.ledger.settle(result.record.usage)
         self._records.append(result.record)
         return result
+
+
+def _unsent(request: CallRequest, error: str, in_flight: int) -> LLMCall:
+    """The row of a call refused before it was sent."""
+    return LLMCall(call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
+                   task_id=request.task_id, attempt=request.attempt, purpose=request.purpose,
+                   model=request.model, prompt_tokens=0, completion_tokens=0, total_tokens=0,
+                   usage_source="provider", cost_usd=0.0, latency_s=0.0, queued_s=0.0, retries=0,
+                   cached=False, error=error, run_in_flight=in_flight, started_at=dt.datetime.now(dt.UTC))

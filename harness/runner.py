@@ -17,7 +17,6 @@ from pydantic import BaseModel
 
 from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
-from harness.budget import exhausted
 from harness.errors import one_line
 from harness.model_client import (
     BUDGET_EXHAUSTED,
@@ -48,6 +47,8 @@ class RunOutcome(BaseModel):
     episodes: int
     stopped_by: str | None
     """Why the run stopped before the end of its stream (e.g. the budget); None if it finished."""
+    spent: Usage = Usage()
+    """What the run's calls cost, as its ledger counted them (replayed episodes of a resume included)."""
 
 
 class EnvTrial(Trial):
@@ -112,23 +113,22 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder, model_endpoint=spec.model_endpoint,
-                           embedder_endpoint=spec.embedder_endpoint)
+                           embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache)
     episodes = EpisodeRunner(spec, env, llm, sink)
     agent = build_agent(spec, llm)
-    await gateway.open_run(spec.run_id, spec.budget, spec.cache)
     probes = probe_points(spec)
     for position, task in enumerate(spec.tasks):
-        stop = episodes.stopped_by or exhausted(spec.budget, episodes.spent)
+        stop = episodes.stopped_by or llm.ledger.exhausted()
         if stop is not None:
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
-            return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop)
+            return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
         if spec.scenario == "isolated" and position > 0:
             agent = build_agent(spec, llm)  # a fresh agent: nothing learnt is carried over
         await episodes.run(agent, task, position, prepare=position == 0 or spec.scenario == "isolated")
         if position in probes:
             for i, probe in enumerate(spec.tasks[: spec.probe_size]):
                 await episodes.run(agent, probe, position, probe_index=i)
-    return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None)
+    return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None, spent=llm.ledger.spent)
 
 
 class EpisodeRunner:
@@ -140,7 +140,6 @@ class EpisodeRunner:
         self.llm = llm
         self.sink = sink
         self.finished = set(spec.finished)
-        self.spent = Usage()
         self.stopped_by: str | None = None
         """Set when the gateway refused a call because the run's budget was spent."""
 
@@ -189,7 +188,6 @@ class EpisodeRunner:
             trial.close()
         await llm.settle()  # calls still in flight (siblings of a failed one) are billed: keep them
         calls = llm.take_records()
-        self.spent = self.spent + _sum_usage(calls)
         episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
                                   started_at, time.perf_counter() - clock)
         where = {"run_id": spec.run_id, "episode_id": this_episode, "task_id": task.task_id,

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
-from harness.config import BudgetSettings, CacheSettings, HarnessConfig
+from harness.config import HarnessConfig
 from harness.gateway import Gateway
 from harness.model_client import CallRequest, CallResult
 from harness.plan import build_environment, build_plan
@@ -54,9 +54,6 @@ class RecordingGateway:
     async def call(self, request: CallRequest) -> CallResult:
         self.requests.append(request)
         return await self.inner.call(request)
-
-    async def open_run(self, run_id: str, budget: BudgetSettings, cache: CacheSettings) -> None:
-        await self.inner.open_run(run_id, budget, cache)
 
 
 @dataclass

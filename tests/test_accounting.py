@@ -1,6 +1,6 @@
-"""The accounting invariant: every call the gateway let through has its row, whatever fails around
-it. For every run, the gateway's ledger equals the sum of its `llm_calls` rows, and every episode's
-token and cost columns equal the sum of its own calls."""
+"""The accounting invariant: every call sent has its row, whatever fails around it. For every run,
+its ledger equals the sum of its `llm_calls` rows, and every episode's token and cost columns equal
+the sum of its own calls."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 
 from harness.cache import ResponseCache
 from harness.errors import one_line
-from harness.model_client import CallRequest, CallResult
+from harness.gateway import Gateway
+from harness.model_client import AgentModelClient, CallRequest, CallResult, ModelCallError
 from harness.records import Usage
-from tests.conftest import AgentRun, RecordingGateway, run_variant
+from tests.conftest import AgentRun, RecordingGateway, run_variant, scripted_settings
 
 
 def assert_books_balance(run: AgentRun) -> None:
@@ -27,10 +28,11 @@ def assert_books_balance(run: AgentRun) -> None:
         by_run[c["run_id"]] += usage
         by_episode[c["episode_id"]] += usage
     for run_id, written in by_run.items():
-        spent = run.gateway.inner.spent(run_id)
+        spent = run.outcome.spent
+        assert run_id == run.outcome.run_id
         assert (written.total_tokens, written.cost_usd) == (spent.total_tokens, spent.cost_usd)
-    sent = sum(1 for r in run.gateway.requests)
-    assert sent == len(calls), "a request reached the gateway and left no row"
+    unsent = [c for c in calls if (c["error"] or "").startswith("BudgetExhausted")]
+    assert len(run.gateway.requests) == len(calls) - len(unsent), "a request was sent and left no row"
     for episode in run.rows["episodes"]:
         mine = by_episode[episode["episode_id"]]
         assert episode["total_tokens"] == mine.total_tokens
@@ -51,39 +53,49 @@ def test_when_one_of_several_concurrent_calls_fails_the_others_are_still_written
     assert_books_balance(run)
 
 
-class SlowFirstAnswer(RecordingGateway):
-    """The first call of a batch is answered (and billed) but its reply travels slowly; its siblings
-    reach the gateway only once that answer is billed, so they are refused at once: the refusals
-    surface before the billed answer does. Ordered by an event, not by sleeps, so a loaded machine
-    cannot reorder it."""
+class SlowSecondAnswer(RecordingGateway):
+    """The second call of the run is answered (and billed) only after a later call was refused."""
 
     def __init__(self, inner) -> None:
         super().__init__(inner)
-        self.first_billed = asyncio.Event()
+        self.refusal_seen = asyncio.Event()
 
     async def call(self, request: CallRequest) -> CallResult:
         index = len(self.requests)
         self.requests.append(request)
-        if index > 0:
-            await self.first_billed.wait()
-            return await self.inner.call(request)
-        result = await self.inner.call(request)
-        self.first_billed.set()
-        await asyncio.sleep(0.2)
-        return result
+        if index == 1:
+            await self.refusal_seen.wait()
+        return await self.inner.call(request)
 
 
-def test_a_budget_refusal_in_the_middle_of_a_batch_loses_no_admitted_call():
-    run = run_variant("variant=best_of_k", "variant.k=4", "stream.num_tasks=3", "budget.max_tokens=20",
-                      gateway_type=SlowFirstAnswer)
-    calls = run.rows["llm_calls"]
-    refused = [c for c in calls if (c["error"] or "").startswith("BudgetExhausted")]
-    answered = [c for c in calls if c["error"] is None]
-    assert len(refused) == 3 and len(answered) == 1
-    assert_books_balance(run)
-    assert run.rows["episodes"][0]["total_tokens"] == answered[0]["total_tokens"] > 20
-    spent = sum(c["total_tokens"] for c in calls)
-    assert f"({spent} >= 20)" in run.outcome.stopped_by  # the stop reason and the rows agree
+def test_a_budget_refusal_while_a_sibling_is_in_flight_loses_no_admitted_call():
+    settings = scripted_settings("budget.max_tokens=20")
+    link = SlowSecondAnswer(Gateway([settings.model, settings.embedder]))
+    llm = AgentModelClient(link, model=settings.model.name, run_id="r", budget=settings.budget)
+    llm.start_episode("r/0", "t")
+    ask = [{"role": "user", "content": "capital of France?"}]
+
+    async def episode() -> str:
+        first = asyncio.ensure_future(llm.complete(ask))
+        slow = asyncio.ensure_future(llm.complete(ask))  # admitted together with the first
+        await first  # billed: the budget is now spent, the second still in flight
+        try:
+            await llm.complete(ask)
+        except ModelCallError as refused:
+            link.refusal_seen.set()
+            slow.cancel()  # the agent gives up on the sibling: its call must still be recorded
+            await llm.settle()
+            return refused.record.error
+        return "not refused"
+
+    error = asyncio.run(episode())
+    calls = llm.take_records()
+    assert error.startswith("BudgetExhausted: token budget spent")
+    assert [c.error is None for c in calls] == [True, False, True]  # the refusal came before the sibling
+    answered = [c for c in calls if c.error is None]
+    assert len(answered) == len(link.requests) == 2, "an admitted call lost its row"
+    assert llm.ledger.spent.total_tokens == sum(c.total_tokens for c in calls) > 20
+    assert llm.ledger.in_flight == 0
 
 
 def test_a_cache_that_cannot_be_written_costs_reuse_never_the_record(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Budgets: enforced by the gateway before sending; a spent run stops and says what it skipped."""
+"""Budgets: enforced by each run's ledger before sending; a spent run stops and says what it skipped."""
 
 from tests.conftest import run_variant
 

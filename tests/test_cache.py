@@ -48,20 +48,19 @@ def test_a_different_scripted_model_does_not_share_answers(tmp_path):
 
 
 def test_one_shared_gateway_honours_each_runs_own_cache_settings(tmp_path):
-    """A sweep's jobs share one gateway: `-m cache.charge=true,false` must bill each job its own way."""
+    """A sweep's jobs may share a gateway: `-m cache.charge=true,false` must bill each job its own way."""
     settings = scripted_settings("cache.enabled=true", f"cache.dir={tmp_path}",
                                  "model.price.input_per_token=0.001")
     gateway = Gateway([settings.model, settings.embedder], cache=settings.cache)
     charged = settings.cache
     free = charged.model_copy(update={"charge": False})
     off = charged.model_copy(update={"enabled": False})
-    for run_id, cache in (("charged", charged), ("free", free), ("off", off)):
-        asyncio.run(gateway.open_run(run_id, settings.budget, cache))
+    caches = {"charged": charged, "free": free, "off": off}
 
     def ask(run_id: str):
         request = CallRequest(model="scripted/oracle", purpose="act", run_id=run_id, task_id="t",
                               attempt=1, messages=[{"role": "user", "content": "capital of France?"}],
-                              params={"temperature": 0.0})
+                              params={"temperature": 0.0}, cache=caches[run_id])
         return asyncio.run(gateway.call(request)).record
 
     first = ask("charged")
