@@ -35,7 +35,7 @@ def main(cfg: DictConfig) -> None:
         print(f"\ninterrupted: the episodes finished so far are in {HydraConfig.get().runtime.output_dir}",
               file=sys.stderr)
         sys.exit(130)
-    if settings.ray.gateway is None:  # a sweep's jobs are shown by the launcher's one live view
+    if settings.ray.limits is None:  # a sweep's jobs are shown by the launcher's one live view
         print_summary(result, started)
     failure = most_calls_failed(result.run_dir)
     if failure is not None:

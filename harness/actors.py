@@ -1,9 +1,10 @@
 """Thin Ray actors: hosting and scheduling only.
 
-- the gateway actor wraps `Gateway` (one per job; the only process that imports litellm);
+- agent workers host many agent runs as asyncio tasks in one process each, so a machine's cores
+  serve many agents without one process per agent; each worker has its own `Gateway` replica, so
+  no single process sees every model call (the models' limits stay global: harness.limits);
 - the writer actor wraps `TableWriter` (one per job);
-- agent workers host many agent runs as asyncio tasks in one light process each, so a machine's
-  cores serve many agents without one heavy process per agent.
+- a `ModelLimits` actor (one per run or sweep) holds the limits the replicas share.
 """
 
 from __future__ import annotations
@@ -18,55 +19,50 @@ import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
-from harness.errors import one_line
-from harness.model_client import CallRequest, CallResult, GatewayUnavailable
+from harness.config import CacheSettings, EndpointSettings
+from harness.limits import SharedLimits
 from harness.plan import AgentRunSpec, build_environment, episode_ids
 from harness.runner import RunOutcome, run_agent
 
 
-class GatewayActor:
-    """Hosts the `Gateway`; imports it (and so litellm) only inside the actor's own process."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from harness.gateway import Gateway
-
-        self.gateway = Gateway(*args, **kwargs)
-
-    async def call(self, request: CallRequest) -> CallResult:
-        return await self.gateway.call(request)
-
-    def register(self, *args: Any, **kwargs: Any) -> None:
-        self.gateway.register(*args, **kwargs)
-
-    def serves_locally(self, name: str) -> bool:
-        return self.gateway.serves_locally(name)
-
-
-class ActorGatewayLink:
-    def __init__(self, actor: ray.actor.ActorHandle) -> None:
-        self.actor = actor
-
-    async def call(self, request: CallRequest) -> CallResult:
-        try:
-            return await self.actor.call.remote(request)
-        except ray.exceptions.RayActorError as error:
-            raise GatewayUnavailable(f"the gateway actor died: {one_line(error)}") from None
-
-
 class ActorSink:
-    """Sends rows to the writer actor without waiting; `drain` waits until all have arrived."""
+    """Sends rows to the writer actor in batches (one Ray call for many episodes' rows, at most
+    FLUSH_S late), without waiting; `drain` sends the rest and waits until all have arrived. A
+    worker that dies loses at most its unsent batch, whose episodes have no row at the writer yet
+    and so are run again (AgentWorker.run)."""
+
+    FLUSH_S = 0.1
+    MAX_ROWS = 2000
 
     def __init__(self, actor: ray.actor.ActorHandle) -> None:
         self.actor = actor
+        self._batch: dict[str, list[dict[str, Any]]] = {}
+        self._rows = 0
+        self._timer: asyncio.TimerHandle | None = None
         self._pending: list[ray.ObjectRef] = []
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            self._pending.append(self.actor.append.remote(table, rows))
+        if not rows:
+            return
+        self._batch.setdefault(table, []).extend(rows)
+        self._rows += len(rows)
+        if self._rows >= self.MAX_ROWS:
+            self._send()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.FLUSH_S, self._send)
+
+    def _send(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._batch:
+            self._pending.append(self.actor.append_many.remote(self._batch))
+            self._batch, self._rows = {}, 0
         if len(self._pending) > 256:  # forget the sends that have already arrived
             _, self._pending = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
 
     async def drain(self) -> None:
+        self._send()
         pending, self._pending = self._pending, []
         await asyncio.gather(*pending)
 
@@ -78,13 +74,30 @@ class WorkerReport(BaseModel):
 
 
 class AgentWorker:
-    def __init__(self, gateway: str, writer: str) -> None:
-        """By actor name, not handle: a restarted worker looks its peers up again (handles passed as
-        constructor arguments would live in the object store, which a restart must not rely on)."""
-        self.gateway = ActorGatewayLink(ray.get_actor(gateway))
+    def __init__(self, writer: str, limits: str, models: list[EndpointSettings],
+                 answer_key: dict[str, str] | None, cache: CacheSettings) -> None:
+        """Peers by actor name, not handle: a restarted worker looks them up again (handles passed
+        as constructor arguments would live in the object store, which a restart must not rely on).
+        Importing the gateway imports litellm: seconds, once per worker."""
+        from harness.gateway import Gateway
+
+        name = ray.get_runtime_context().get_actor_name()
+        limiter = ray.get_actor(limits)
+        ray.get(limiter.register.remote(name))
+        self.limits = SharedLimits(limiter, name)
+        self.gateway = Gateway(models, ray.get(limiter.local_servers.remote()), answer_key, cache,
+                               limits=self.limits)
         self.writer = ray.get_actor(writer)
         self.sink = ActorSink(self.writer)
         self._environments: dict[str, Environment] = {}
+
+    def reclaim(self, key: str) -> None:
+        """Called by the limits actor: another replica waits for this model."""
+        self.limits.reclaim(key)
+
+    def cool_down(self, key: str, seconds: float) -> None:
+        """Called by the limits actor: another replica met a 429 on this model."""
+        self.limits.cool_down(key, seconds)
 
     def _environment(self, env_cfg: dict[str, Any]) -> Environment:
         key = json.dumps(env_cfg, sort_keys=True)

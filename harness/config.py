@@ -147,7 +147,7 @@ class EndpointSettings(_Strict):
 
 
 def endpoint_key(settings: EndpointSettings) -> str:
-    """Identifies a model together with all its settings: a sweep's shared gateway serves the same
+    """Identifies a model together with all its settings: a gateway serves the same
     model name with different settings (scripted accuracy, price, retries) side by side."""
     dumped = json.dumps(settings.model_dump(mode="json"), sort_keys=True)
     return f"{settings.name}#{hashlib.sha256(dumped.encode()).hexdigest()[:10]}"
@@ -241,8 +241,8 @@ class RaySettings(_Strict):
     address: str | None
     num_workers: int = Field(gt=0)
     include_dashboard: bool
-    gateway: str | None
-    """Name of a running gateway actor to share (the Ray launcher sets it for every job of a sweep)."""
+    limits: str | None
+    """Name of a running ModelLimits actor to share (the Ray launcher sets it for every job of a sweep)."""
 
     @field_validator("address")
     @classmethod

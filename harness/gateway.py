@@ -32,8 +32,8 @@ from harness.config import (
 )
 from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.errors import one_line
-from harness.limits import RateGate
-from harness.model_client import CallRequest, CallResult
+from harness.limits import Limits, LocalLimits
+from harness.model_client import CallRequest, CallResult, GatewayUnavailable
 from harness.records import LLMCall
 from harness.scripted import ScriptedRouter
 
@@ -65,8 +65,11 @@ def check_model_name(name: str, field: str = "model.name") -> None:
 
 class Gateway:
     def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
-                 answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None) -> None:
-        """`local_servers` maps a model name to the api_base of the server the harness started."""
+                 answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None,
+                 limits: Limits | None = None) -> None:
+        """`local_servers` maps a model name to the api_base of the server the harness started;
+        `limits` are the models' concurrency, rate and back-off, shared with the other replicas
+        (harness.limits); by default this gateway's own."""
         self.endpoints: dict[str, EndpointSettings] = {}
         """Every model served, with its settings, by endpoint key (harness.config.endpoint_key)."""
         self._first_key: dict[str, str] = {}
@@ -74,8 +77,7 @@ class Gateway:
         self._caches: dict[str, ResponseCache] = {}
         self.local_servers: dict[str, str] = {}
         self._keyless: set[str] = set()
-        self._limits: dict[str, asyncio.Semaphore] = {}
-        self._gates: dict[str, RateGate] = {}
+        self.limits = limits or LocalLimits()
         self._unwritable: set[Path] = set()
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
@@ -126,6 +128,8 @@ class Gateway:
                                 f"{request.model!r}", cached=False)
         try:
             return await self._answer(key, settings, request, started_at)
+        except GatewayUnavailable:
+            raise  # the shared limits are gone: the run stops (and a resume carries on)
         except Exception as error:  # a harness bug after sending: the call may be billed, so record it
             return self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
                                 f"GatewayError: {one_line(error)}", cached=False)
@@ -140,9 +144,8 @@ class Gateway:
             cost = hit.cost_usd if charge_cached else 0.0
             return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
                                 cached=True)
-        limit = self._limits.setdefault(key, asyncio.Semaphore(settings.max_concurrency))
         queued = time.perf_counter()
-        async with limit:
+        async with self.limits.permit(key, settings.max_concurrency):
             clock = time.perf_counter()
             response, retries, error, paced_s = await self._send_with_retries(key, settings, request)
             latency_s = time.perf_counter() - clock - paced_s
@@ -206,10 +209,9 @@ class Gateway:
                                  ) -> tuple[Any, int, str | None, float]:
         """The response (or None), retries, the error, and the seconds spent waiting on the pacing
         (requests per minute, shared 429 back-off) rather than working."""
-        gate = self._gates.setdefault(key, RateGate(settings.requests_per_minute))
         retries, paced_s = 0, 0.0
         while True:
-            paced_s += await gate.wait()
+            paced_s += await self.limits.pace(key, settings.requests_per_minute)
             try:
                 return await self._send(key, settings, request), retries, None, paced_s
             except RETRYABLE as error:
@@ -219,7 +221,7 @@ class Gateway:
                 backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
                 backoff *= 0.5 + random.random() / 2
                 if isinstance(error, litellm.RateLimitError):
-                    gate.back_off(backoff)  # every caller of this model waits, not only this one
+                    self.limits.back_off(key, backoff)  # every caller of this model waits, not only this one
                 else:
                     await asyncio.sleep(backoff)
             except Exception as error:  # a bad request or a provider bug is not retried

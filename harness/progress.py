@@ -38,9 +38,9 @@ class JobFigures(BaseModel):
         return self.successes / self.scored if self.scored else None
 
 
-def progress_actor_name(gateway: str) -> str:
-    """The progress actor of the sweep whose shared gateway has this name."""
-    return f"{gateway} progress"
+def progress_actor_name(limits: str) -> str:
+    """The progress actor of the sweep whose shared limits actor has this name."""
+    return f"{limits} progress"
 
 
 class SweepProgress:

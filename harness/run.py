@@ -33,7 +33,7 @@ from hydra.types import RunMode
 from tqdm import tqdm
 
 from harness import HARNESS_ENV
-from harness.actors import AgentWorker, GatewayActor
+from harness.actors import AgentWorker
 from harness.config import (
     CacheSettings,
     ConfigError,
@@ -43,6 +43,7 @@ from harness.config import (
     RaySettings,
 )
 from harness.errors import RunAborted, one_line, root_cause
+from harness.limits import ModelLimits
 from harness.lock import exclusive
 from harness.model_client import BUDGET_EXHAUSTED, AgentModelClient, GatewayUnavailable, ModelUnavailable
 from harness.model_server import LocalModelServer
@@ -97,8 +98,9 @@ def _run_locked(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pat
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
             answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
                           if settings.model.is_scripted else None)
-            gateway_name, servers = _gateway(settings, answer_key, run_dir, stack)
-            outcomes = _execute(settings, specs, run_dir, gateway_name, servers, stack, manifest.env_setup_s)
+            limits_name, servers = _model_limits(settings, run_dir, stack)
+            outcomes = _execute(settings, specs, run_dir, limits_name, answer_key, servers, stack,
+                                manifest.env_setup_s)
         manifest.status = "finished"
     except KeyboardInterrupt:
         manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -120,12 +122,11 @@ def _run_locked(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pat
     return RunResult(run_dir, manifest, outcomes)
 
 
-def start_gateway(models: list[EndpointSettings], cache: CacheSettings, log_dir: Path,
-                  stack: contextlib.ExitStack, name: str | None = None,
-                  answer_key: dict[str, str] | None = None
-                  ) -> tuple[ray.actor.ActorHandle, list[LocalModelServer]]:
-    """A gateway actor for these models, with a local model server for each model the harness
-    serves itself; everything started is stopped when `stack` closes."""
+def start_model_limits(models: list[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,
+                       name: str) -> tuple[ray.actor.ActorHandle, list[LocalModelServer]]:
+    """The actor that keeps these models' limits global across gateway replicas (harness.limits),
+    with a local model server for each model the harness serves itself; everything started is
+    stopped when `stack` closes."""
     local_servers: dict[str, str] = {}
     servers: list[LocalModelServer] = []
     for model in models:
@@ -135,29 +136,24 @@ def start_gateway(models: list[EndpointSettings], cache: CacheSettings, log_dir:
             server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
             local_servers[model.name] = server.api_base
             servers.append(server)
-    options: dict[str, Any] = {"num_cpus": 0}
-    if name is not None:
-        options["name"] = name
-    gateway = ray.remote(GatewayActor).options(**options).remote(models, local_servers, answer_key, cache)
-    stack.callback(ray.kill, gateway)
-    return gateway, servers
+    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote(local_servers)
+    stack.callback(ray.kill, limits)
+    return limits, servers
 
 
-def _gateway(settings: HarnessConfig, answer_key: dict[str, str] | None, run_dir: Path,
-             stack: contextlib.ExitStack) -> tuple[str, list[LocalModelServer]]:
-    """The name of the sweep's shared gateway when a launcher started one (ray.gateway), else of
-    this job's own (with the local model servers this job started, which it watches)."""
-    models: list[EndpointSettings] = [settings.model, settings.embedder]
-    if settings.ray.gateway is None:
-        name = f"gateway {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        _, servers = start_gateway(models, settings.cache, run_dir, stack, name=name, answer_key=answer_key)
+def _model_limits(settings: HarnessConfig, run_dir: Path, stack: contextlib.ExitStack
+                  ) -> tuple[str, list[LocalModelServer]]:
+    """The name of the sweep's shared limits actor when a launcher started one (ray.limits), else
+    of this job's own (with the local model servers this job started, which it watches)."""
+    if settings.ray.limits is None:
+        name = f"model limits {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
+        _, servers = start_model_limits([settings.model, settings.embedder], run_dir, stack, name)
         return name, servers
-    gateway = ray.get_actor(settings.ray.gateway)
-    ray.get(gateway.register.remote(models, None, answer_key))
-    if settings.model.serves_locally and not ray.get(gateway.serves_locally.remote(settings.model.name)):
-        raise ConfigError(f"invalid config: ray.gateway: {settings.ray.gateway} does not serve "
+    limits = ray.get_actor(settings.ray.limits)
+    if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):
+        raise ConfigError(f"invalid config: ray.limits: {settings.ray.limits} does not serve "
                           f"{settings.model.name} locally")
-    return settings.ray.gateway, []
+    return settings.ray.limits, []
 
 
 def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
@@ -181,7 +177,8 @@ def _resume(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec
 
 
 def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-             gateway_name: str, servers: list[LocalModelServer], stack: contextlib.ExitStack,
+             limits_name: str, answer_key: dict[str, str] | None, servers: list[LocalModelServer],
+             stack: contextlib.ExitStack,
              env_setup_s: dict[str, list[float]]) -> list[RunOutcome]:
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]  # resumed runs already done
     if not specs:
@@ -197,15 +194,19 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     assignments = [specs[i::n_workers] for i in range(n_workers)]
     # A worker whose process dies is restarted by Ray and its `run` retried; it carries on from what
     # the writer holds (AgentWorker.run), so the run ends with the rows of an uninterrupted one.
+    # SPREAD: on a cluster, a job's workers go to different nodes (their cost is CPU, not num_cpus).
+    models = [settings.model, settings.embedder]
     workers = [ray.remote(num_cpus=0, max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS)(
-        AgentWorker).options(name=f"{job} agents #{i} {tag}: {', '.join(s.run_id for s in batch)}")
-        .remote(gateway_name, writer_name) for i, batch in enumerate(assignments)]
+        AgentWorker).options(name=f"{job} agents #{i} {tag}: {', '.join(s.run_id for s in batch)}",
+                             scheduling_strategy="SPREAD")
+        .remote(writer_name, limits_name, models, answer_key, settings.cache)
+        for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
     writer.append.remote(RunRow.table, _run_rows(specs, run_dir, job_num, overrides))
-    # The gateway imports litellm (seconds); wait for it here, not under the progress bar.
-    gateway = ray.get_actor(gateway_name)
-    ray.get([actor.__ray_ready__.remote() for actor in (gateway, writer, *workers)])
+    # Each worker's gateway imports litellm (seconds); wait for them here, not under the progress bar.
+    ray.get([actor.__ray_ready__.remote() for actor in (writer, *workers)])
+    limits = ray.get_actor(limits_name)
     pending = [w.run.remote(a) for w, a in zip(workers, assignments, strict=True)]
     refs = list(pending)
     total = sum(expected_episodes(s) - len(s.finished) for s in specs)
@@ -218,6 +219,7 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
             while pending:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
                 check_alive(servers, run_dir)
+                _vital("the model limits actor", limits.__ray_ready__.remote(), run_dir)
                 counts = _vital("the writer actor", writer.poll.remote(), run_dir)
                 if counts[Episode.table] and bar.n == 0:
                     bar.set_description_str("")
@@ -244,9 +246,9 @@ class _ProgressReport:
     def __init__(self, settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, job: int | None,
                  planned: int) -> None:
         self.actor = None
-        if settings.ray.gateway is not None and job is not None:
+        if settings.ray.limits is not None and job is not None:
             with contextlib.suppress(ValueError):  # no sweep view: nothing to report to
-                self.actor = ray.get_actor(progress_actor_name(settings.ray.gateway))
+                self.actor = ray.get_actor(progress_actor_name(settings.ray.limits))
         budget = settings.budget
         self.figures = JobFigures(
             job=job or 0, run_dir=str(run_dir), episodes_planned=planned,
@@ -269,7 +271,7 @@ def _job_identity() -> tuple[int | None, list[str]]:
     if not HydraConfig.initialized():
         return None, []
     hydra_cfg = HydraConfig.get()
-    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("ray.gateway=", "progress="))]
+    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("ray.limits=", "progress="))]
     return (int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None), overrides
 
 
@@ -312,7 +314,7 @@ def resume_hint(directory: Path, sweep: bool = False) -> str:
     overrides: list[str] = []
     if HydraConfig.initialized():
         overrides = [o for o in HydraConfig.get().overrides.task
-                     if not o.startswith((f"{key}=", "ray.gateway=", "progress="))]
+                     if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
     sweeping = ["-m"] if sweep else []
     command = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
     return f"the episodes written so far are kept; resume with: {command}"

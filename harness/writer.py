@@ -69,6 +69,11 @@ class TableWriter:
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
 
+    def append_many(self, batch: dict[str, list[dict[str, Any]]]) -> None:
+        """Rows of several tables in one call (an agent worker's batch); episodes last."""
+        for table in sorted(batch, key=lambda name: name == Episode.table):
+            self.append(table, batch[table])
+
     def flush(self) -> None:
         self._check_lease()
         # Episodes last: an episode row on disk means all of that episode's rows are (resume relies

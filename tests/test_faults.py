@@ -112,9 +112,9 @@ def resume_to_the_end(command: list[str], run_dir: Path, planned: int) -> None:
     assert written["error"].null_count() == planned
 
 
-@pytest.mark.parametrize("part, marker", [("the gateway actor", "ray::GatewayActor"),
+@pytest.mark.parametrize("part, marker", [("the model limits actor", "ray::ModelLimits"),
                                           ("the writer actor", "ray::TableWriter")])
-def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):
+def test_a_dead_limits_or_writer_actor_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):
     run_dir = tmp_path / "run"
     process = start_cli(*SCRIPTED, "stream.num_tasks=20", "model.scripted.latency_s=0.1", "seeds=[0,1]",
                         f"cache.dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}")
@@ -132,7 +132,7 @@ def test_a_dead_gateway_or_writer_stops_the_run_with_the_command_that_resumes_it
     command = resume_command(output)
     assert f"hydra.run.dir={run_dir}" in command
     if part == "the writer actor":
-        return  # the same resume as after the gateway's death, tested there
+        return  # the same resume as after the limits actor's death, tested there
     resume_to_the_end(command, run_dir, 40)
 
 

@@ -1,11 +1,12 @@
 """`hydra/launcher=ray` (the harness's default for -m): every job of a sweep at once, on one Ray.
 
-The launcher starts (or attaches to, with `ray.address`) one Ray cluster, starts one gateway actor
-for the whole sweep, and with it one local model server for each model the harness serves itself,
-then runs every job as a Ray task. Each job finds the shared gateway by name (`ray.gateway`) and
-registers its models; its agent workers and writer are its own. Hydra's sweep layout is kept
-(`multirun.yaml`, one directory per job with its `.hydra/`). A failing job is reported when the
-others are done and does not stop them.
+The launcher starts (or attaches to, with `ray.address`) one Ray cluster, starts one model-limits
+actor for the whole sweep (harness.limits: every model's concurrency, rate and back-off hold across
+all jobs), and with it one local model server for each model the harness serves itself, then runs
+every job as a Ray task, spread over the cluster's nodes. Each job finds the shared limits by name
+(`ray.limits`); its agent workers (each with its own gateway) and writer are its own. Hydra's
+sweep layout is kept (`multirun.yaml`, one directory per job with its `.hydra/`). A failing job
+is reported when the others are done and does not stop them.
 """
 
 
@@ -148,16 +149,16 @@ class RayLauncher(Launcher):
 
         from harness.config import ConfigError, EndpointSettings, HarnessConfig
         from harness.progress import SweepProgress, progress_actor_name
-        from harness.run import check_alive, ray_session, start_gateway
+        from harness.run import check_alive, ray_session, start_model_limits
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
-        gateway_name = f"harness-gateway-{uuid.uuid4().hex[:8]}"
+        limits_name = f"harness-model-limits-{uuid.uuid4().hex[:8]}"
         configs: list[DictConfig] = []
         valid: list[HarnessConfig | None] = []
         models: dict[str, EndpointSettings] = {}
         for index, overrides in enumerate(job_overrides, start=initial_job_idx):
             config = self.hydra_context.config_loader.load_sweep_config(
-                self.config, [*overrides, f"ray.gateway={gateway_name}", "progress=false"])
+                self.config, [*overrides, f"ray.limits={limits_name}", "progress=false"])
             with open_dict(config):
                 config.hydra.job.id = config.hydra.job.num = index
             configs.append(config)
@@ -179,11 +180,11 @@ class RayLauncher(Launcher):
             log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
             served: list[EndpointSettings] = list(models.values())
-            _, servers = start_gateway(served, first.cache, sweep_dir, stack, name=gateway_name)
+            _, servers = start_model_limits(served, sweep_dir, stack, limits_name)
             progress = ray.remote(num_cpus=0)(SweepProgress).options(
-                name=progress_actor_name(gateway_name)).remote()
+                name=progress_actor_name(limits_name)).remote()
             stack.callback(ray.kill, progress)
-            remote_job = ray.remote(num_cpus=0, max_retries=0)(_run_job)
+            remote_job = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy="SPREAD")(_run_job)
             singleton_state = Singleton.get_state()
             refs = [remote_job.options(name=f"job {c.hydra.job.num}: {_job_dir(c)}").remote(
                 self.hydra_context, self.task_function, c, singleton_state) for c in configs]
