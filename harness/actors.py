@@ -78,26 +78,39 @@ class AgentWorker:
                  answer_key: dict[str, str] | None, cache: CacheSettings) -> None:
         """Peers by actor name, not handle: a restarted worker looks them up again (handles passed
         as constructor arguments would live in the object store, which a restart must not rely on).
-        Importing the gateway imports litellm: seconds, once per worker."""
+        Importing the gateway imports litellm: seconds, once per worker, before the worker is ready."""
         from harness.gateway import Gateway
 
-        name = ray.get_runtime_context().get_actor_name()
-        limiter = ray.get_actor(limits)
-        ray.get(limiter.register.remote(name))
-        self.limits = SharedLimits(limiter, name)
-        self.gateway = Gateway(models, ray.get(limiter.local_servers.remote()), answer_key, cache,
-                               limits=self.limits)
+        self._gateway_args = (Gateway, models, answer_key, cache)
+        self._limits_name = limits
+        self.limits: SharedLimits | None = None
+        self.gateway: Any = None
         self.writer = ray.get_actor(writer)
         self.sink = ActorSink(self.writer)
         self._environments: dict[str, Environment] = {}
 
+    async def _connect(self) -> None:
+        """Join the model limits (a restarted worker gets back what its dead process held) and
+        build this worker's gateway replica, pointed at the local model servers of the run."""
+        if self.gateway is not None:
+            return
+        name = ray.get_runtime_context().get_actor_name()
+        limiter = ray.get_actor(self._limits_name)
+        await limiter.register.remote(name)
+        self.limits = SharedLimits(limiter, name)
+        make, models, answer_key, cache = self._gateway_args
+        servers = await limiter.local_servers.remote()
+        self.gateway = make(models, servers, answer_key, cache, limits=self.limits)
+
     def reclaim(self, key: str) -> None:
         """Called by the limits actor: another replica waits for this model."""
-        self.limits.reclaim(key)
+        if self.limits is not None:
+            self.limits.reclaim(key)
 
     def cool_down(self, key: str, seconds: float) -> None:
         """Called by the limits actor: another replica met a 429 on this model."""
-        self.limits.cool_down(key, seconds)
+        if self.limits is not None:
+            self.limits.cool_down(key, seconds)
 
     def _environment(self, env_cfg: dict[str, Any]) -> Environment:
         key = json.dumps(env_cfg, sort_keys=True)
@@ -116,6 +129,7 @@ class AgentWorker:
         return seconds
 
     async def run(self, specs: list[AgentRunSpec]) -> WorkerReport:
+        await self._connect()
         if _restarted():
             # Ray restarted this worker after its process died and retries this call: carry on
             # from what the writer has, as a resume would (replay finished episodes, run the rest).

@@ -194,13 +194,15 @@ def _execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     assignments = [specs[i::n_workers] for i in range(n_workers)]
     # A worker whose process dies is restarted by Ray and its `run` retried; it carries on from what
     # the writer holds (AgentWorker.run), so the run ends with the rows of an uninterrupted one.
-    # SPREAD: on a cluster, a job's workers go to different nodes (their cost is CPU, not num_cpus).
+    # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray
+    # sends an actor that asks for no resource at all to a random node, so each asks for one byte.
     models = [settings.model, settings.embedder]
-    workers = [ray.remote(num_cpus=0, max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS)(
-        AgentWorker).options(name=f"{job} agents #{i} {tag}: {', '.join(s.run_id for s in batch)}",
-                             scheduling_strategy="SPREAD")
-        .remote(writer_name, limits_name, models, answer_key, settings.cache)
-        for i, batch in enumerate(assignments)]
+    worker = ray.remote(num_cpus=0, memory=1, max_restarts=WORKER_RESTARTS,
+                        max_task_retries=WORKER_RESTARTS)(AgentWorker)
+    workers = [worker.options(name=f"{job} agents #{i} {tag}: {', '.join(s.run_id for s in batch)}",
+                              scheduling_strategy="SPREAD")
+               .remote(writer_name, limits_name, models, answer_key, settings.cache)
+               for i, batch in enumerate(assignments)]
     for actor in (writer, *workers):
         stack.callback(ray.kill, actor)
     writer.append.remote(RunRow.table, _run_rows(specs, run_dir, job_num, overrides))

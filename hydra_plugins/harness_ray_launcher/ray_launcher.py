@@ -12,6 +12,7 @@ is reported when the others are done and does not stop them.
 
 import contextlib
 import logging
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -38,7 +39,11 @@ ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayLaunche
 
 
 def _run_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-             singleton_state: dict[Any, Any]) -> JobReturn:
+             singleton_state: dict[Any, Any], cwd: str) -> JobReturn:
+    # Relative paths (the default outputs/..., a task file, a cache dir) mean what they mean where
+    # the sweep was started, whichever node runs the job (on a cluster: a shared filesystem).
+    if Path(cwd).is_dir():
+        os.chdir(cwd)
     Singleton.set_state(singleton_state)
     setup_globals()
     try:
@@ -187,7 +192,7 @@ class RayLauncher(Launcher):
             remote_job = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy="SPREAD")(_run_job)
             singleton_state = Singleton.get_state()
             refs = [remote_job.options(name=f"job {c.hydra.job.num}: {_job_dir(c)}").remote(
-                self.hydra_context, self.task_function, c, singleton_state) for c in configs]
+                self.hydra_context, self.task_function, c, singleton_state, os.getcwd()) for c in configs]
             pending = list(refs)
             with LiveView(progress, len(configs)) as view:
                 while pending:  # the jobs depend on the shared model server: stop them all if it dies
