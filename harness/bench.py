@@ -1,16 +1,19 @@
 """`python -m harness.bench`: measure the harness, not the model, side by side in one run.
 
 1. Throughput: agent runs of the baseline on a scripted model with a fixed latency per call, at
-   several concurrencies, through the real harness (Ray workers, gateway actor, writer), against
-   the ideal bound (concurrency / latency) and against a plain sequential loop over the same tasks.
-2. Gateway overhead per call: the gateway's own time (limits, ledger, cache lookup, record),
-   measured against calling the same scripted provider through litellm directly, and the extra
-   hop of reaching the gateway as a Ray actor.
+   several concurrencies, through the real harness (Ray agent workers, each with its gateway
+   replica, the model limits actor, the writer), against
+   the ideal bound (concurrency / latency) and against a plain sequential loop over the same tasks,
+   with the CPU time the driver and every Ray process spent per model call.
+2. Gateway overhead per call: the gateway's own time (limits, cache lookup, record), measured
+   against calling the same scripted provider through litellm directly, and what holding the
+   limits through the ModelLimits actor that every replica shares adds.
 3. Memory retrieval: top-k from a LanceDB table of 1k, 10k and 100k lessons (flat scan, and with
-   an IVF-HNSW index at 100k) against a linear scan in Python over the same vectors.
-4. Peak memory (RSS of the driver and every Ray process) during the 64-agent throughput run.
-5. With the real local model: completion tokens per second through the harness against calling
-   the same server directly with the same prompts.
+   an IVF-HNSW index at 100k) against NumPy brute force (matrix @ query, argpartition) over the
+   same float32 matrix, with how often both find the same top-1 lesson.
+4. Peak memory (RSS of the driver and every Ray process) during each throughput run.
+5. With the real local model: completion tokens per second through the harness's gateway against
+   calling the same server directly, the same prompts interleaved call by call on warm connections.
 Prints one table per measurement and the ratios; `--quick` runs smaller sizes.
 """
 
@@ -18,10 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime as dt
 import statistics
 import tempfile
 import threading
 import time
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,59 +47,168 @@ def _settings(*overrides: str) -> HarnessConfig:
     return HarnessConfig.from_dictconfig(cfg)
 
 
-def _episode_span(run_dir: Path) -> tuple[int, float]:
+def _episode_span(run_dir: Path) -> tuple[int, float, float]:
+    """The run's episodes, and when the first started and the last finished (Unix seconds)."""
     import polars as pl
 
     episodes = pl.read_parquet(run_dir / "episodes" / "*.parquet")
-    span = (episodes["finished_at"].max() - episodes["started_at"].min()).total_seconds()
-    return episodes.height, span
+    first, last = episodes["started_at"].min(), episodes["finished_at"].max()
+    return episodes.height, _unix(first), _unix(last)
 
 
-class PeakRss:
-    """Samples the summed RSS of this process and every Ray process until stopped."""
+def _unix(moment: dt.datetime) -> float:
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)).timestamp()
 
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def _sample(self) -> None:
+def _ray_session_roots() -> set[int]:
+    """Pids of this Ray session's own processes (gcs_server, raylet, dashboard, log monitor), found
+    by the session directory their command lines name: needed when Ray was attached to a cluster
+    started elsewhere on this machine, whose processes are not this process's descendants."""
+    import psutil
+    import ray
+
+    try:
+        if not ray.is_initialized():
+            return set()
+        session = ray._private.worker._global_node.get_session_dir_path()
+    except Exception:  # a private API: without it, the descendants are all there is
+        return set()
+    roots = set()
+    for process in psutil.process_iter(["cmdline"]):
+        if session in " ".join(process.info["cmdline"] or []):
+            roots.add(process.pid)
+    return roots
+
+
+class ProcessMeter:
+    """Samples the processes of this harness: this process and its descendants (a local Ray's
+    gcs_server, raylet, dashboard and every worker the raylet starts), plus the Ray session's own
+    processes and theirs when Ray runs elsewhere on the machine. Not by a pattern such as "ray" in
+    the command line: on a shared machine that takes in other runs' Ray processes (and any command
+    line that merely names ray).
+
+    `peak_rss`: the largest summed RSS seen. `cpu_s`: CPU seconds (user + system) all of them spent
+    between entering and leaving, counting processes that started and exited in between (each up to
+    its last sample, at most `interval_s` before it exited), less the sampler's own CPU. Ray reaps
+    its workers without adding their time to its own children's, so the time must be sampled live.
+    `cpu_between(start, end)`: the same, between two moments (Unix seconds) of the sampled span.
+    """
+
+    def __init__(self, interval_s: float = 0.1) -> None:
         import psutil
 
-        while not self._stop.is_set():
-            total = 0
-            for process in psutil.process_iter(["cmdline", "memory_info", "pid"]):
-                cmd = " ".join(process.info["cmdline"] or [])
-                if process.info["pid"] == psutil.Process().pid or "ray" in cmd:
-                    total += process.info["memory_info"].rss if process.info["memory_info"] else 0
-            self.peak = max(self.peak, total)
-            self._stop.wait(0.25)
+        self.interval_s = interval_s
+        self.peak_rss = 0
+        self.cpu_s = 0.0
+        self._me = psutil.Process()
+        self._roots: set[int] = set()
+        self._first: dict[tuple[int, float], float] = {}
+        self._last: dict[tuple[int, float], float] = {}
+        self._own_cpu_s = 0.0
+        self._timeline: list[tuple[float, float]] = []
+        """(Unix seconds, CPU seconds since entering) at each sample."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> PeakRss:
+    def processes(self) -> list[Any]:
+        import psutil
+
+        children: dict[int, list[psutil.Process]] = {}
+        for process in psutil.process_iter(["ppid"]):
+            children.setdefault(process.info["ppid"], []).append(process)
+        found = {self._me.pid: self._me}
+        stack = [self._me.pid, *self._roots]
+        while stack:
+            pid = stack.pop()
+            for child in children.get(pid, []):
+                if child.pid not in found:
+                    found[child.pid] = child
+                    stack.append(child.pid)
+        for pid in self._roots - found.keys():
+            with contextlib.suppress(psutil.Error):
+                found[pid] = psutil.Process(pid)
+        return list(found.values())
+
+    def _read(self) -> dict[tuple[int, float], float]:
+        """CPU seconds so far of each live process (by pid and start time); updates the RSS peak."""
+        import psutil
+
+        cpu, rss = {}, 0
+        for process in self.processes():
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    rss += process.memory_info().rss
+                    cpu[(process.pid, process.create_time())] = times.user + times.system
+            except psutil.Error:  # exited meanwhile
+                continue
+        self.peak_rss = max(self.peak_rss, rss)
+        return cpu
+
+    def sample(self) -> None:
+        self._last.update(self._read())
+        spent = sum(last - self._first.get(key, 0.0) for key, last in self._last.items())
+        self._timeline.append((time.time(), spent - self._own_cpu_s))
+
+    def _run(self) -> None:
+        started = time.thread_time()
+        while not self._stop.wait(self.interval_s):
+            self._own_cpu_s = time.thread_time() - started
+            self.sample()
+        self._own_cpu_s = time.thread_time() - started
+
+    def cpu_between(self, start: float, end: float) -> float:
+        moments, spent = zip(*self._timeline, strict=True)
+        return float(np.interp(end, moments, spent) - np.interp(start, moments, spent))
+
+    def __enter__(self) -> ProcessMeter:
+        self._roots = _ray_session_roots()
+        self._first = self._read()
+        self._last = dict(self._first)
+        self._timeline = [(time.time(), 0.0)]
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()
+        self.cpu_s = self._timeline[-1][1]
 
 
-def throughput(concurrencies: list[int], tasks_per_run: int, latency: float) -> list[dict[str, Any]]:
+def _llm_calls(run_dir: Path) -> int:
+    import polars as pl
+
+    return pl.read_parquet(run_dir / "llm_calls" / "*.parquet").height
+
+
+def throughput(concurrencies: list[int], tasks_per_run: int, latency: float,
+               extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One harness run per concurrency; `extra`: Hydra overrides appended to each run's (and shown
+    in a "setting" column). CPU per call: the CPU of the driver and every Ray process over the whole
+    run (its start-up included: actor processes importing litellm and the rest cost seconds) divided
+    by the run's model calls; "while running": the same, only from the first episode's start to the last one's
+    end, which leaves start-up and shutdown out."""
     from harness.run import run
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for concurrency in concurrencies:
         settings = _settings("model=scripted", f"model.scripted.latency_s={latency}",
                              f"seeds=[{','.join(str(s) for s in range(concurrency))}]",
-                             f"stream.num_tasks={tasks_per_run}", "model.max_concurrency=1024")
-        with tempfile.TemporaryDirectory() as directory, PeakRss() as rss:
-            run(settings, Path(directory))
-            episodes, span = _episode_span(Path(directory))
-        rate = episodes / span
+                             f"stream.num_tasks={tasks_per_run}", "model.max_concurrency=1024", *extra)
+        with tempfile.TemporaryDirectory() as directory:
+            with ProcessMeter() as meter:
+                run(settings, Path(directory))
+            episodes, first, last = _episode_span(Path(directory))
+            calls = _llm_calls(Path(directory))
+        rate = episodes / (last - first)
         ideal = concurrency / latency
-        rows.append({"agent runs": concurrency, "episodes": episodes, "episodes/s": rate,
+        rows.append({**({"setting": " ".join(extra)} if extra else {}),
+                     "agent runs": concurrency, "episodes": episodes, "episodes/s": rate,
                      "ideal/s": ideal, "of ideal": rate / ideal, "vs sequential": rate * latency,
-                     "peak RSS GiB": rss.peak / 2**30})
+                     "model calls": calls, "harness CPU ms per call": 1000 * meter.cpu_s / calls,
+                     "CPU ms per call while running": 1000 * meter.cpu_between(first, last) / calls,
+                     "peak RSS GiB": meter.peak_rss / 2**30})
     return rows
 
 
@@ -118,12 +234,11 @@ def gateway_overhead(calls: int) -> dict[str, float]:
     import litellm
     import ray
 
-    from harness.actors import GatewayActor
     from harness.gateway import Gateway
+    from harness.limits import ModelLimits, SharedLimits
     from harness.model_client import CallRequest
 
     settings = _settings("model=scripted")
-    gateway = Gateway([settings.model, settings.embedder])
 
     def request(i: int) -> CallRequest:
         return CallRequest(model="scripted/oracle", purpose="act", run_id="bench", task_id=f"t{i}", attempt=1,
@@ -137,7 +252,8 @@ def gateway_overhead(calls: int) -> dict[str, float]:
             times.append(time.perf_counter() - started)
         return times
 
-    async def through_gateway() -> list[float]:
+    async def through(gateway: Gateway) -> list[float]:
+        await gateway.call(request(-1))  # warm: a shared-limits replica leases its permit here
         times = []
         for i in range(calls):
             started = time.perf_counter()
@@ -145,23 +261,32 @@ def gateway_overhead(calls: int) -> dict[str, float]:
             times.append(time.perf_counter() - started)
         return times
 
-    base, gated = asyncio.run(direct()), asyncio.run(through_gateway())
-    actor = ray.remote(num_cpus=0)(GatewayActor).remote([settings.model, settings.embedder])
-    ray.get(actor.call.remote(request(0)))
-    remote = []
-    for i in range(calls):
-        started = time.perf_counter()
-        ray.get(actor.call.remote(request(i)))
-        remote.append(time.perf_counter() - started)
-    ray.kill(actor)
+    gateway = Gateway([settings.model, settings.embedder])
+    base, gated = asyncio.run(direct()), asyncio.run(through(gateway))
+    limits = ray.remote(num_cpus=0)(ModelLimits).remote()
+    try:
+        replica = Gateway([settings.model, settings.embedder], limits=SharedLimits(limits, "bench replica"))
+        shared = asyncio.run(through(replica))
+    finally:
+        ray.kill(limits)
     return {"litellm direct p50 ms": 1000 * statistics.median(base),
             "gateway in-process p50 ms": 1000 * statistics.median(gated),
             "gateway overhead p50 ms": 1000 * (statistics.median(gated) - statistics.median(base)),
-            "gateway via Ray actor p50 ms": 1000 * statistics.median(remote),
-            "Ray hop p50 ms": 1000 * (statistics.median(remote) - statistics.median(gated))}
+            "gateway, shared limits p50 ms": 1000 * statistics.median(shared),
+            "shared limits cost p50 ms": 1000 * (statistics.median(shared) - statistics.median(gated))}
+
+
+def numpy_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
+    """Row indices of the k rows of `matrix` (unit vectors) most cosine-similar to `query`, best first:
+    the brute-force alternative to a vector database."""
+    scores = matrix @ (query / np.linalg.norm(query))
+    top = np.argpartition(scores, -k)[-k:]
+    return top[np.argsort(scores[top])[::-1]]
 
 
 def retrieval(sizes: list[int], queries: int, dim: int = 384, top_k: int = 5) -> list[dict[str, Any]]:
+    """LanceDB top-k (flat, and with an IVF-HNSW index at 100k) against NumPy brute force over the
+    same float32 matrix and the same probes, with how often the two agree on the top-1 lesson."""
     import lancedb
     from lancedb.index import IvfHnswSq
 
@@ -174,68 +299,131 @@ def retrieval(sizes: list[int], queries: int, dim: int = 384, top_k: int = 5) ->
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             table = db.create_table(f"lessons_{size}", data=[
                 {"memory_id": str(i), "importance": 1.0, "vector": v} for i, v in enumerate(vectors)])
-            probes = vectors[rng.integers(0, size, queries)] + 0.01
-            indexed = [False] + ([True] if size >= 100_000 else [])
-            python_vectors = vectors.tolist()
-            scan_times = []
-            for q in probes[: max(3, queries // 10)]:
+            probes = vectors[rng.integers(0, size, queries)] + np.float32(0.01)
+            numpy_times, numpy_top = [], []
+            for q in probes:
                 started = time.perf_counter()
-                query = q.tolist()
-                scores = [sum(a * b for a, b in zip(query, v, strict=True)) for v in python_vectors]
-                sorted(range(size), key=scores.__getitem__, reverse=True)[:top_k]
-                scan_times.append(time.perf_counter() - started)
-            for with_index in indexed:
+                numpy_top.append(int(numpy_top_k(vectors, q, top_k)[0]))
+                numpy_times.append(time.perf_counter() - started)
+            for with_index in [False] + ([True] if size >= 100_000 else []):
                 if with_index:
                     table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
-                times = []
-                for q in probes:
+                times, agree = [], 0
+                for q, expected in zip(probes, numpy_top, strict=True):
                     started = time.perf_counter()
-                    table.search(q).distance_type("cosine").limit(top_k).to_list()
+                    found = table.search(q).distance_type("cosine").limit(top_k).to_list()
                     times.append(time.perf_counter() - started)
+                    agree += bool(found) and int(found[0]["memory_id"]) == expected
+                lancedb_ms, numpy_ms = 1000 * statistics.median(times), 1000 * statistics.median(numpy_times)
                 rows.append({"lessons": size, "search": "IVF-HNSW index" if with_index else "flat",
-                             "lancedb p50 ms": 1000 * statistics.median(times),
-                             "python scan p50 ms": 1000 * statistics.median(scan_times),
-                             "speed-up": statistics.median(scan_times) / statistics.median(times)})
+                             "lancedb p50 ms": lancedb_ms, "numpy top-k p50 ms": numpy_ms,
+                             "lancedb / numpy": lancedb_ms / numpy_ms,
+                             "top-1 agrees with numpy": agree / len(probes)})
     return rows
 
 
-def local_model_tokens(tasks: int) -> dict[str, float]:
+def local_model_tokens(prompts: int, rounds: int = 2, model: str = "smollm2") -> dict[str, Any]:
+    """The real local model through the harness's gateway (in-process: litellm, endpoint settings,
+    limits, record) against the same server called directly (http.client on one kept-alive
+    connection), with the same prompts and the model's configured parameters, call by call.
+
+    Each side is warmed up first; then each prompt goes to both sides back to back, the harness first
+    in half the pairs and the server directly first in the other half (each prompt both ways when
+    `rounds` is even), so neither side always gets the server's prompt cache. Both rates are
+    completion tokens over the seconds the bench timed around each call; the overhead is the median
+    over prompts of harness minus direct, averaged over the prompt's rounds; its CPU is the median
+    of harness minus direct in this process's CPU time per call: the client's own work, which waiting
+    for a busy machine's cores does not stretch as it does the wall time (it takes in whatever else
+    this process runs meanwhile: litellm's logging after a reply, a Ray driver's threads)."""
     import http.client
     import json
 
-    import polars as pl
-
+    from harness.config import endpoint_key
+    from harness.gateway import Gateway
+    from harness.model_client import CallRequest
     from harness.model_server import LocalModelServer
-    from harness.run import run
+    from harness.plan import build_environment, build_plan
 
-    settings = _settings(f"stream.num_tasks={tasks}")
-    with tempfile.TemporaryDirectory() as directory:
-        run(settings, Path(directory))
-        calls = pl.read_parquet(Path(directory) / "llm_calls" / "*.parquet")
-        episodes = pl.read_parquet(Path(directory) / "episodes" / "*.parquet")
-    harness_rate = calls["completion_tokens"].sum() / calls["latency_s"].sum()
-    assert settings.model.local_server is not None
+    settings = _settings(f"model={model}", f"stream.num_tasks={prompts}")
+    endpoint = settings.model
+    server_settings = endpoint.local_server
+    assert endpoint.serves_locally and server_settings is not None, f"model={model} is not served locally"
     system = settings.variant.kwargs()["system_prompt"]
-    with tempfile.TemporaryDirectory() as directory, \
-            LocalModelServer(settings.model.local_server, Path(directory) / "server.log") as server:
-        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)  # kept alive
+    spec = build_plan(settings, Path(tempfile.gettempdir()))[0]
+    env = build_environment(spec.env_cfg)
+    conversations = [[{"role": "system", "content": system},
+                      {"role": "user", "content": env.reset(task).observation}] for task in spec.tasks]
+    params = dict(endpoint.params)
 
-        def ask(question: str) -> int:
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-            body = {"model": settings.model.local_server.alias, **settings.model.params, "messages": messages}
-            connection.request("POST", "/v1/chat/completions", json.dumps(body),
-                               {"Content-Type": "application/json"})
-            return int(json.loads(connection.getresponse().read())["usage"]["completion_tokens"])
+    with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
+        with warnings.catch_warnings():  # started by fork (a pre-exec hook) and exec'd at once: no risk
+            warnings.filterwarnings("ignore", "lancedb fork support", RuntimeWarning)
+            server = stack.enter_context(LocalModelServer(server_settings, Path(directory) / "server.log"))
+        gateway = Gateway([endpoint], local_servers={endpoint.name: server.api_base})
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=endpoint.timeout_s)
 
-        ask("Hello")  # the harness's server was warm after its first call too
-        tokens, seconds = 0, 0.0
-        for question in episodes.sort("stream_position")["question"]:
-            started = time.perf_counter()
-            tokens += ask(question)
-            seconds += time.perf_counter() - started
-    direct_rate = tokens / seconds
-    return {"harness completion tok/s": harness_rate, "direct completion tok/s": direct_rate,
-            "harness / direct": harness_rate / direct_rate}
+        def direct(messages: list[dict[str, str]]) -> int:
+            body = json.dumps({"model": server_settings.alias, **params, "messages": messages})
+            for attempt in range(2):
+                try:
+                    connection.request("POST", "/v1/chat/completions", body,
+                                       {"Content-Type": "application/json"})
+                    reply = connection.getresponse()
+                    answer = json.loads(reply.read())
+                    break
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                    # The server closed the kept-alive connection (idle past its keep-alive timeout,
+                    # e.g. on a loaded machine): reconnect once, as a pooling client (litellm's) does.
+                    connection.close()
+                    if attempt:
+                        raise
+            if reply.status != 200:
+                raise RuntimeError(f"local model server answered {reply.status}: {answer}")
+            return int(answer["usage"]["completion_tokens"])
+
+        async def harness(messages: list[dict[str, str]]) -> int:
+            result = await gateway.call(CallRequest(
+                model=endpoint.name, endpoint=endpoint_key(endpoint), messages=messages, purpose="act",
+                run_id="bench", task_id=None, attempt=1, params=params))
+            if result.record.error is not None:
+                raise RuntimeError(f"gateway call failed: {result.record.error}")
+            return result.record.completion_tokens
+
+        async def timed(side: str, messages: list[dict[str, str]]) -> tuple[int, float, float]:
+            started, cpu = time.perf_counter(), time.process_time()
+            tokens = await harness(messages) if side == "harness" else direct(messages)
+            return tokens, time.perf_counter() - started, time.process_time() - cpu
+
+        async def compare() -> list[tuple[int, dict[str, tuple[int, float, float]]]]:
+            warm_up = [{"role": "user", "content": "Hello"}]
+            await timed("harness", warm_up)  # connections opened, litellm's first-call imports paid
+            await timed("direct", warm_up)
+            pairs = []
+            for round_ in range(rounds):
+                for i, messages in enumerate(conversations):
+                    order = ["harness", "direct"] if (round_ + i) % 2 == 0 else ["direct", "harness"]
+                    pairs.append((i, {side: await timed(side, messages) for side in order}))
+            return pairs
+
+        try:
+            pairs = asyncio.run(compare())
+        finally:
+            connection.close()
+
+    def rate(side: str) -> float:
+        return sum(p[side][0] for _, p in pairs) / sum(p[side][1] for _, p in pairs)
+
+    overheads: dict[int, list[float]] = {}
+    for i, pair in pairs:
+        overheads.setdefault(i, []).append(pair["harness"][1] - pair["direct"][1])
+    overhead_s = statistics.median([statistics.fmean(d) for d in overheads.values()])
+    extra_cpu_s = statistics.median([pair["harness"][2] - pair["direct"][2] for _, pair in pairs])
+    same = sum(pair["harness"][0] == pair["direct"][0] for _, pair in pairs)
+    return {"prompts": len(conversations), "rounds": rounds,
+            "harness tok/s": rate("harness"), "direct tok/s": rate("direct"),
+            "harness / direct": rate("harness") / rate("direct"),
+            "overhead per call p50 ms": 1000 * overhead_s, "client CPU overhead p50 ms": 1000 * extra_cpu_s,
+            "same completion tokens": f"{same}/{len(pairs)}"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -264,15 +452,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n## 1. Throughput, scripted model at {latency * 1000:.0f} ms per call\n")
         print(f"plain sequential loop: {sequential:.2f} episodes/s\n")
         print(table(throughput(concurrencies, 3 if args.quick else 5, latency)))
-        print("\n(4. peak memory: the last column, RSS of the driver and all Ray processes during each run)")
+        print("\n(CPU per call: user + system seconds of the driver and all Ray processes over the run,"
+              " start-up included, / the run's model calls;\n while running: the same from the first"
+              " episode's start to the last one's end;\n 4. peak memory: the last column, RSS of the"
+              " same processes during each run)")
         print("\n## 2. Gateway overhead per call (scripted model, no latency)\n")
         print(table([gateway_overhead(50 if args.quick else 300)]))
-        print("\n## 3. Memory retrieval, top-5 of 384-dim lessons\n")
+        print("\n## 3. Memory retrieval, top-5 of 384-dim lessons: LanceDB vs NumPy brute force\n")
         sizes = [1000] if args.quick else [1000, 10_000, 100_000]
         print(table(retrieval(sizes, 20 if args.quick else 100)))
         if not args.skip_local_model:
-            print("\n## 5. Real local model: through the harness vs direct\n")
-            print(table([local_model_tokens(5 if args.quick else 30)]))
+            print("\n## 5. Real local model: through the gateway vs the server directly, interleaved\n")
+            print(table([local_model_tokens(3 if args.quick else 15)]))
         print(f"\nbench took {time.perf_counter() - started:.0f} s")
     finally:
         ray.shutdown()
