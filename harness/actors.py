@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 import warnings
@@ -137,12 +138,23 @@ class AgentWorker:
             specs = [s.model_copy(update={"finished": sorted(finished & set(episode_ids(s)))})
                      for s in specs]
         setup_s = await asyncio.to_thread(self.setup, specs)
+        _settle_the_heap()
         try:
             outcomes = await asyncio.gather(*(
                 run_agent(spec, self._environment(spec.env_cfg), self.gateway, self.sink) for spec in specs))
         finally:
             await self.sink.drain()
         return WorkerReport(outcomes=list(outcomes), env_setup_s=setup_s)
+
+
+def _settle_the_heap() -> None:
+    """Stop the garbage collector rescanning what is here to stay (litellm, the environments,
+    the tasks) and let young objects pile up longer between collections: many agents' calls make
+    garbage fast, and with Python's defaults the collector took about a quarter of a worker's CPU
+    per episode (8.3 -> 6.1 ms per episode in-process, 64 agents on the scripted model)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
 
 
 def _restarted() -> bool:

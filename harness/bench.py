@@ -451,7 +451,13 @@ def main(argv: list[str] | None = None) -> None:
         sequential = sequential_loop(5 if args.quick else 20, latency)
         print(f"\n## 1. Throughput, scripted model at {latency * 1000:.0f} ms per call\n")
         print(f"plain sequential loop: {sequential:.2f} episodes/s\n")
-        print(table(throughput(concurrencies, 3 if args.quick else 5, latency)))
+        tasks_per_run = 3 if args.quick else 10
+        print(table(throughput(concurrencies, tasks_per_run, latency)))
+        replicas_at = 8 if args.quick else 64
+        print(f"\n### Throughput vs gateway replicas (one per agent worker), {replicas_at} agent runs\n")
+        print(table([row for workers in ([1, 2] if args.quick else [1, 2, 4])
+                     for row in throughput([replicas_at], tasks_per_run, latency,
+                                           extra=(f"ray.num_workers={workers}",))]))
         print("\n(CPU per call: user + system seconds of the driver and all Ray processes over the run,"
               " start-up included, / the run's model calls;\n while running: the same from the first"
               " episode's start to the last one's end;\n 4. peak memory: the last column, RSS of the"

@@ -103,6 +103,7 @@ class Gateway:
                 self.scripted.add(m.name, m.scripted, answer_key or {})  # plain name: the first settings
             if m.api_base and not _keys_in_environment(m.name, m.api_base):
                 self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
+            _tell_litellm_the_price(m, _route(key, m))
 
     def serves_locally(self, name: str) -> bool:
         return name in self.local_servers
@@ -196,7 +197,7 @@ class Gateway:
         local = self.local_servers.get(settings.name) if settings.api_base is None else None
         endpoint: dict[str, Any] = {
             # A scripted endpoint is routed by its key, so settings of one name never mix.
-            "model": _scripted_route(key) if settings.name.startswith("scripted/") else settings.name,
+            "model": _route(key, settings),
             "api_base": settings.api_base or local,
             # The harness's own server, or the user's, needs no key; the OpenAI client insists on one.
             "api_key": LOCAL_API_KEY if local or key in self._keyless else None,
@@ -230,9 +231,7 @@ class Gateway:
     @staticmethod
     def _cost(settings: EndpointSettings, response: Any, prompt_tokens: int,
               completion_tokens: int) -> float | None:
-        price: Price | None = settings.price
-        if isinstance(settings, ModelSettings) and settings.serves_locally and settings.local_server:
-            price = settings.local_server.price
+        price = _price(settings)
         if price is not None:
             return prompt_tokens * price.input_per_token + completion_tokens * price.output_per_token
         try:
@@ -272,6 +271,37 @@ def check_credentials(settings: EndpointSettings, field: str) -> None:
         raise ConfigError(f"invalid config: {field}: {settings.name} needs {missing}, which is not set; "
                           f"export it, or point {field.rsplit('.', 1)[0]}.api_base at a server that "
                           "needs no key")
+
+
+def _price(settings: EndpointSettings) -> Price | None:
+    """The per-token price the config gives (a local model's is its server's), if any."""
+    if isinstance(settings, ModelSettings) and settings.serves_locally and settings.local_server:
+        return settings.local_server.price
+    return settings.price
+
+
+def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
+    """litellm prices every response itself, inside each call; for a model its map does not know
+    (a local or scripted model) it searches its fallbacks every time, about a tenth of the CPU of a
+    call. Registering the price the config gives makes that one lookup."""
+    price = _price(settings)
+    if price is None:
+        return
+    quiet = logging.getLogger("LiteLLM")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it warns that cache-token prices default to 0: true, and moot here
+    try:
+        litellm.register_model({route: {
+            "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
+            "litellm_provider": route.split("/", 1)[0],
+            "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}})
+    finally:
+        quiet.setLevel(level)
+
+
+def _route(key: str, settings: EndpointSettings) -> str:
+    """The litellm model string an endpoint is sent to."""
+    return _scripted_route(key) if settings.name.startswith("scripted/") else settings.name
 
 
 def _scripted_route(key: str) -> str:
