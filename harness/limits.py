@@ -5,9 +5,9 @@ when the provider answers 429 (so 64 agents do not retry into it at once).
 Every agent worker hosts its own gateway (no single process sees every call); the limits stay
 global through one small `ModelLimits` actor per run or sweep:
 - concurrency permits are leased in batches: a replica asks for as many as it has callers waiting
-  and keeps them, so while nobody else waits it sends without asking anyone; when another replica
-  waits, the actor asks every holder to hand back its idle permits now and the others as they
-  come free (so no replica starves while another has permits to spare);
+  and, for LEASE_S, passes them from caller to caller without asking anyone; then they go back to
+  the actor as they come free (first come, first served there). When another replica waits, the
+  actor asks every holder to hand back at once what it does not use;
 - a send slot under `requests_per_minute` is asked of the actor for each send (a paced model is
   slow by definition, so the hop is cheap beside it);
 - a 429 seen by one replica is broadcast by the actor to every other replica of the model.
@@ -22,6 +22,9 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
+
+LEASE_S = 0.5
+"""How long a replica may pass leased permits from caller to caller before they go back."""
 
 
 class Limits(Protocol):
@@ -108,6 +111,8 @@ class ModelLimits:
         self._users: dict[str, set[str]] = {}
         """The replicas that use each model (to tell of a back-off)."""
         self._handles: dict[str, Any] = {}
+        self.acquisitions = 0
+        """Leases asked for (a replica that keeps its lease sends without asking)."""
 
     def local_servers(self) -> dict[str, str]:
         return self._local_servers
@@ -121,6 +126,7 @@ class ModelLimits:
     async def acquire(self, key: str, capacity: int, replica: str, want: int) -> int:
         """Lease up to `want` permits (at least one; first come, first served). While a caller
         waits, every other holder is asked to hand back what it does not use."""
+        self.acquisitions += 1
         pool = self._pools.setdefault(key, _Pool(capacity))
         self._users.setdefault(key, set()).add(replica)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -185,8 +191,14 @@ class _Lease:
         self.busy = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.asking = False
+        self.until = 0.0
+        """Until when permits may pass from caller to caller here (LEASE_S after the last grant)."""
         self.reclaimed = False
-        """Another replica waits: hand permits back as they come free instead of keeping them."""
+        """Another replica waits: hand permits back as they come free."""
+        self.timer: asyncio.TimerHandle | None = None
+
+    def may_keep(self) -> bool:
+        return not self.reclaimed and time.monotonic() < self.until
 
     def hand_over(self) -> bool:
         """Give a permit to the next caller still waiting here; False if none is."""
@@ -199,8 +211,10 @@ class _Lease:
 
 
 class SharedLimits:
-    """One replica's side of `ModelLimits` (see the module docstring). Without contention a replica
-    keeps the permits it was leased and sends without asking anyone."""
+    """One replica's side of `ModelLimits` (see the module docstring). Within a lease a replica
+    passes its permits from caller to caller without asking anyone; when the lease ends, or another
+    replica waits, permits go back to the actor as they come free, so no replica waits for longer
+    than a lease and a call, even if a `reclaim` crossed a grant on the way."""
 
     def __init__(self, actor: Any, replica: str) -> None:
         self.actor = actor
@@ -213,7 +227,7 @@ class SharedLimits:
     @contextlib.asynccontextmanager
     async def permit(self, key: str, capacity: int) -> AsyncIterator[None]:
         lease = self._leases.setdefault(key, _Lease(capacity))
-        if lease.busy < lease.held and not lease.waiters:
+        if lease.busy < lease.held and not lease.waiters and lease.may_keep():
             lease.busy += 1
         else:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -231,13 +245,13 @@ class SharedLimits:
             self._release(key, lease)
 
     def _release(self, key: str, lease: _Lease) -> None:
-        if not lease.reclaimed and lease.hand_over():
+        if lease.may_keep() and lease.hand_over():
             return  # straight to the next caller here
         lease.busy -= 1
-        if lease.reclaimed:
+        if not lease.may_keep():
             self._return_idle(key, lease)
-            if lease.waiters:
-                self._ask(key, lease)
+        if lease.waiters:
+            self._ask(key, lease)
 
     def reclaim(self, key: str) -> None:
         """Another replica waits for this model: hand back what is idle now, the rest when done."""
@@ -265,8 +279,14 @@ class SharedLimits:
                     self.actor.acquire.remote(key, lease.capacity, self.replica, want))
                 lease.held += granted
                 lease.reclaimed = False
+                lease.until = time.monotonic() + LEASE_S
+                if lease.timer is not None:
+                    lease.timer.cancel()
+                lease.timer = asyncio.get_running_loop().call_later(LEASE_S, self._return_idle, key, lease)
                 while lease.busy < lease.held and lease.hand_over():
                     lease.busy += 1
+                if lease.busy < lease.held:  # the callers it was for went away
+                    self._return_idle(key, lease)
         except BaseException as error:
             for waiter in lease.waiters:
                 if not waiter.done():
