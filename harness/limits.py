@@ -264,7 +264,7 @@ class SharedLimits:
         idle = lease.held - lease.busy
         if idle > 0:
             lease.held -= idle
-            self._spawn(self._remote(self.actor.release.remote(key, self.replica, idle)))
+            self._spawn(self._tell(self.actor.release.remote(key, self.replica, idle)))
 
     def _ask(self, key: str, lease: _Lease) -> None:
         if not lease.asking:
@@ -305,7 +305,7 @@ class SharedLimits:
 
     def back_off(self, key: str, seconds: float) -> None:
         self.local.back_off(key, seconds)
-        self._spawn(self._remote(self.actor.back_off.remote(key, seconds, self.replica)))
+        self._spawn(self._tell(self.actor.back_off.remote(key, seconds, self.replica)))
 
     def cool_down(self, key: str, seconds: float) -> None:
         """Another replica met a 429 on this model: wait it out here too."""
@@ -320,6 +320,12 @@ class SharedLimits:
             return await ref
         except ray.exceptions.RayActorError as error:
             raise GatewayUnavailable(f"the model limits actor died: {error}") from None
+
+    @staticmethod
+    async def _tell(ref: Any) -> None:
+        """A message nobody waits on: if the actor is gone, the next call that needs it says so."""
+        with contextlib.suppress(Exception):
+            await ref
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)

@@ -19,7 +19,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET = ["progress=false", "ray.include_dashboard=false"]
+# One agent worker: each imports litellm (seconds of CPU), and these runs are small; the two-worker
+# default is exercised by the in-process runs (tests/test_e2e.py, tests/test_run.py).
+QUIET = ["progress=false", "ray.include_dashboard=false", "ray.num_workers=1"]
 
 
 def start_cli(*overrides: str) -> subprocess.Popen[str]:
