@@ -79,10 +79,11 @@ class AgentWorker:
                  answer_key: dict[str, str] | None, cache: CacheSettings) -> None:
         """Peers by actor name, not handle: a restarted worker looks them up again (handles passed
         as constructor arguments would live in the object store, which a restart must not rely on).
-        Importing the gateway imports litellm: seconds, once per worker, before the worker is ready."""
-        from harness.gateway import Gateway
+        The gateway (and so litellm: seconds) is imported here, so the worker is ready only once
+        that is paid; it is built in `_connect`, which must not block the event loop."""
+        import harness.gateway  # noqa: F401
 
-        self._gateway_args = (Gateway, models, answer_key, cache)
+        self._models, self._answer_key, self._cache = models, answer_key, cache
         self._limits_name = limits
         self.limits: SharedLimits | None = None
         self.gateway: Any = None
@@ -98,10 +99,11 @@ class AgentWorker:
         name = ray.get_runtime_context().get_actor_name()
         limiter = ray.get_actor(self._limits_name)
         await limiter.register.remote(name)
+        from harness.gateway import Gateway
+
         self.limits = SharedLimits(limiter, name)
-        make, models, answer_key, cache = self._gateway_args
         servers = await limiter.local_servers.remote()
-        self.gateway = make(models, servers, answer_key, cache, limits=self.limits)
+        self.gateway = Gateway(self._models, servers, self._answer_key, self._cache, limits=self.limits)
 
     def reclaim(self, key: str) -> None:
         """Called by the limits actor: another replica waits for this model."""

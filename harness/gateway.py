@@ -91,8 +91,8 @@ class Gateway:
 
     def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
                  answer_key: dict[str, str] | None = None) -> None:
-        """Serve these models too (a shared gateway serves every job of a sweep, whatever mix of
-        settings the jobs have: each model with its settings is an endpoint of its own)."""
+        """Serve these models too (each model with its settings is an endpoint of its own, so
+        two settings of one model never share limits, answers or cache entries)."""
         self.local_servers.update(local_servers or {})
         for m in models:
             key = endpoint_key(m)
@@ -104,9 +104,6 @@ class Gateway:
             if m.api_base and not _keys_in_environment(m.name, m.api_base):
                 self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
             _tell_litellm_the_price(m, _route(key, m))
-
-    def serves_locally(self, name: str) -> bool:
-        return name in self.local_servers
 
     def _cache_for(self, request: CallRequest) -> tuple[ResponseCache | None, bool]:
         settings = request.cache or self.default_cache

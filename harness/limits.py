@@ -70,6 +70,15 @@ class RateGate:
         self._cooldown_until = max(self._cooldown_until, time.monotonic() + seconds)
 
 
+def gate_of(gates: dict[str, RateGate], key: str, requests_per_minute: int | None) -> RateGate:
+    """The model's gate, made on first use; a rate given later (the first use may be a back-off,
+    which knows none) still sets its pace."""
+    gate = gates.setdefault(key, RateGate(requests_per_minute))
+    if requests_per_minute:
+        gate.interval = 60.0 / requests_per_minute
+    return gate
+
+
 class LocalLimits:
     """The limits of one process: a semaphore and a rate gate per model."""
 
@@ -83,7 +92,7 @@ class LocalLimits:
             yield
 
     def gate(self, key: str, requests_per_minute: int | None) -> RateGate:
-        return self._gates.setdefault(key, RateGate(requests_per_minute))
+        return gate_of(self._gates, key, requests_per_minute)
 
     async def pace(self, key: str, requests_per_minute: int | None) -> float:
         return await self.gate(key, requests_per_minute).wait()
@@ -163,10 +172,10 @@ class ModelLimits:
 
     def slot(self, key: str, requests_per_minute: int | None) -> float:
         """Reserve the model's next send slot; seconds until it (a back-off included)."""
-        return self._gates.setdefault(key, RateGate(requests_per_minute)).reserve()
+        return gate_of(self._gates, key, requests_per_minute).reserve()
 
     def back_off(self, key: str, seconds: float, replica: str) -> None:
-        self._gates.setdefault(key, RateGate(None)).back_off(seconds)
+        gate_of(self._gates, key, None).back_off(seconds)
         for other in self._users.get(key, ()):
             if other != replica:
                 self._tell(other, "cool_down", key, seconds)

@@ -44,7 +44,7 @@ class AgentRunSpec(BaseModel):
     embedder_endpoint: str
     budget: BudgetSettings
     cache: CacheSettings
-    """The job's response-cache settings (a sweep's shared gateway honours each run's own)."""
+    """The job's response-cache settings (each call carries its run's own to the gateway)."""
     workdir: str
     """Directory for the agent's own files (its memory table)."""
     settings: dict[str, Any] = {}

@@ -123,7 +123,7 @@ def _run_locked(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pat
 
 
 def start_model_limits(models: list[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,
-                       name: str) -> tuple[ray.actor.ActorHandle, list[LocalModelServer]]:
+                       name: str) -> list[LocalModelServer]:
     """The actor that keeps these models' limits global across gateway replicas (harness.limits),
     with a local model server for each model the harness serves itself; everything started is
     stopped when `stack` closes."""
@@ -138,7 +138,7 @@ def start_model_limits(models: list[EndpointSettings], log_dir: Path, stack: con
             servers.append(server)
     limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote(local_servers)
     stack.callback(ray.kill, limits)
-    return limits, servers
+    return servers
 
 
 def _model_limits(settings: HarnessConfig, run_dir: Path, stack: contextlib.ExitStack
@@ -147,7 +147,7 @@ def _model_limits(settings: HarnessConfig, run_dir: Path, stack: contextlib.Exit
     of this job's own (with the local model servers this job started, which it watches)."""
     if settings.ray.limits is None:
         name = f"model limits {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        _, servers = start_model_limits([settings.model, settings.embedder], run_dir, stack, name)
+        servers = start_model_limits([settings.model, settings.embedder], run_dir, stack, name)
         return name, servers
     limits = ray.get_actor(settings.ray.limits)
     if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):

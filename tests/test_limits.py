@@ -131,3 +131,18 @@ def test_a_restarted_replica_gets_back_what_its_dead_process_held(cluster):
     name = ray.get(replicas[0].__ray_call__.remote(lambda self: self.limits.replica))
     ray.get(limits.register.remote(name))  # what a restarted worker does first
     assert ray.get(limits.in_use.remote("scarce")) == 0
+
+
+def test_a_back_off_before_the_first_send_does_not_lose_the_models_pace():
+    from harness.limits import LocalLimits
+
+    limits = LocalLimits()
+    limits.back_off("m", 0.0)  # knows no rate yet
+
+    async def three_sends() -> float:
+        started = time.monotonic()
+        for _ in range(3):
+            await limits.pace("m", 600)
+        return time.monotonic() - started
+
+    assert asyncio.run(three_sends()) >= 0.2  # one slot every 0.1 s still holds

@@ -185,7 +185,7 @@ class RayLauncher(Launcher):
             log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
             served: list[EndpointSettings] = list(models.values())
-            _, servers = start_model_limits(served, sweep_dir, stack, limits_name)
+            servers = start_model_limits(served, sweep_dir, stack, limits_name)
             progress = ray.remote(num_cpus=0)(SweepProgress).options(
                 name=progress_actor_name(limits_name)).remote()
             stack.callback(ray.kill, progress)
