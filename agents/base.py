@@ -44,6 +44,9 @@ class AttemptResult(BaseModel):
 
     number: int
     response: str | None
+    """The answer after the environment's extraction."""
+    raw_response: str | None = None
+    """The model's last reply as it came back, before extraction."""
     steps: int
     success: bool
     score: float
@@ -183,7 +186,8 @@ class Agent(abc.ABC):
         if self.judge is not None:
             judge_score = await self.judge.score(task.question, attempt.final_output or "")
         reward = judge_score if self.reward_source == "judge" and judge_score is not None else truth.score
-        return AttemptResult(number=number, response=truth.response, steps=attempt.steps,
+        return AttemptResult(number=number, response=truth.response, raw_response=attempt.final_output,
+                             steps=attempt.steps,
                              success=truth.success, score=truth.score, judge_score=judge_score,
                              reward=reward, reflection=reflection)
 

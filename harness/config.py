@@ -261,6 +261,10 @@ class CacheSettings(_Strict):
 
 class OutputSettings(_Strict):
     flush_interval_s: float = Field(ge=0)
+    transcripts: bool
+    """Keep every call's input messages and raw reply in the transcripts table."""
+    secret_env: list[str]
+    """Environment variables whose values are secret besides those named like keys (see harness.redact)."""
 
 
 class HarnessConfig(_Strict):

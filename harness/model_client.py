@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import uuid
 from typing import Any, Literal, Protocol
 
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.budget import RunLedger
 from harness.config import BudgetSettings, CacheSettings
-from harness.records import LLMCall, Purpose, Usage
+from harness.records import LLMCall, Purpose, TranscriptRow, Usage
 
 Message = dict[str, str]
 BUDGET_EXHAUSTED = "BudgetExhausted"
@@ -107,7 +108,8 @@ class AgentModelClient:
     def __init__(self, gateway: GatewayLink, model: str, run_id: str,
                  default_params: dict[str, Any] | None = None, embedder: str | None = None,
                  model_endpoint: str | None = None, embedder_endpoint: str | None = None,
-                 budget: BudgetSettings | None = None, cache: CacheSettings | None = None) -> None:
+                 budget: BudgetSettings | None = None, cache: CacheSettings | None = None,
+                 transcripts: bool = False) -> None:
         self.gateway = gateway
         self.ledger = RunLedger(budget)
         """The run's one tally: every call is admitted against it before it is sent."""
@@ -121,7 +123,9 @@ class AgentModelClient:
         self.episode_id: str | None = None
         self.task_id: str | None = None
         self.attempt = 1
+        self.transcripts = transcripts
         self._records: list[LLMCall] = []
+        self._transcripts: list[TranscriptRow] = []
         self._in_flight: set[asyncio.Future[CallResult]] = set()
 
     def start_episode(self, episode_id: str, task_id: str) -> None:
@@ -132,6 +136,11 @@ class AgentModelClient:
     def take_records(self) -> list[LLMCall]:
         records, self._records = self._records, []
         return records
+
+    def take_transcripts(self) -> list[TranscriptRow]:
+        """What the calls taken with `take_records` said (empty with transcripts off)."""
+        transcripts, self._transcripts = self._transcripts, []
+        return transcripts
 
     async def settle(self) -> None:
         """Wait until every call sent has come back with its record: when one of several concurrent
@@ -184,7 +193,16 @@ class AgentModelClient:
                 raise
             self.ledger.settle(result.record.usage)
         self._records.append(result.record)
+        if self.transcripts:
+            self._transcripts.append(self._transcript(request, result))
         return result
+
+    def _transcript(self, request: CallRequest, result: CallResult) -> TranscriptRow:
+        said = request.texts if request.kind == "embed" else request.messages
+        record = result.record
+        return TranscriptRow(call_id=record.call_id, run_id=record.run_id, episode_id=record.episode_id,
+                             task_id=record.task_id, attempt=record.attempt, purpose=record.purpose,
+                             messages=json.dumps(said, ensure_ascii=False), reply=result.text)
 
 
 def _unsent(request: CallRequest, error: str, in_flight: int) -> LLMCall:

@@ -47,6 +47,10 @@ class AgentRunSpec(BaseModel):
     """The job's response-cache settings (each call carries its run's own to the gateway)."""
     workdir: str
     """Directory for the agent's own files (its memory table)."""
+    transcripts: bool = True
+    """Keep each call's messages and raw reply (the transcripts table)."""
+    secret_env: list[str] = []
+    """Environment variables to blank out of transcripts besides those named like keys."""
     settings: dict[str, Any] = {}
     """Every behaviour-relevant setting, flattened (see `behaviour_settings`); the run id hashes it."""
     finished: list[str] = []
@@ -185,5 +189,6 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
                 model_endpoint=endpoint_key(settings.model), model_params=settings.model.params,
                 embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),
-                budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour))
+                budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour,
+                transcripts=settings.output.transcripts, secret_env=settings.output.secret_env))
     return specs

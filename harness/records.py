@@ -15,7 +15,9 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+COMPRESSION = "zstd"
+"""Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
 Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed"]
 UsageSource = Literal["provider", "counted"]
@@ -126,6 +128,32 @@ class InterruptedCall(LLMCall):
     table: ClassVar[str] = "interrupted_calls"
 
 
+class TranscriptRow(Record):
+    """What one model call said: its input and its raw reply, before any answer extraction. Joins
+    llm_calls on `call_id` (one row per call of llm_calls; off with output.transcripts=false).
+    Values of secret environment variables are replaced by `[redacted]` before a row is made."""
+
+    table: ClassVar[str] = "transcripts"
+
+    call_id: str
+    """The call (see llm_calls.call_id)."""
+    run_id: str
+    """Agent run that made the call."""
+    episode_id: str | None
+    """Episode the call belongs to (see episodes.episode_id)."""
+    task_id: str | None
+    """Task being worked on when the call was made."""
+    attempt: int
+    """Attempt number within the episode (1-based)."""
+    purpose: Purpose
+    """Why the call was made (see llm_calls.purpose)."""
+    messages: str
+    """The input as JSON: the chat messages (`[{"role": ..., "content": ...}, ...]`), or for an
+    embedding call the list of texts embedded."""
+    reply: str | None
+    """The model's reply text exactly as returned; null for embeddings and for failed or refused calls."""
+
+
 class Episode(Record):
     """One task attempted by one agent run: its outcome and the sum of its model calls."""
 
@@ -224,6 +252,9 @@ class AttemptRow(Record):
     including the judge call on it and any reflection made after it."""
     response: str | None
     """The answer given in this attempt (after answer extraction)."""
+    raw_response: str | None
+    """The last output the agent sent to the environment in this attempt, exactly as produced (the
+    model's reply, or a learnt tool's output), before answer extraction; null when there was none."""
     success: bool
     """The environment's verdict on this attempt."""
     score: float
@@ -395,8 +426,8 @@ class RunRow(Record):
 
 
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
-    Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, MemoryEventRow, PromptRow, ToolEventRow,
-    RunRow)}
+    Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, TranscriptRow, MemoryEventRow, PromptRow,
+    ToolEventRow, RunRow)}
 
 
 class AgentRunInfo(BaseModel):

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harness.records import TABLES, Episode, InterruptedCall, LLMCall
+from harness.records import COMPRESSION, TABLES, Episode, InterruptedCall, LLMCall
 
 
 def finished_episodes(run_dir: Path, runs: Collection[str] | None = None) -> set[str]:
@@ -66,5 +66,5 @@ def _write_part(directory: Path, rows: pa.Table, replace: Path | None = None) ->
     directory.mkdir(parents=True, exist_ok=True)
     final = replace or directory / f"part-interrupted-{uuid.uuid4().hex[:12]}.parquet"
     temporary = final.with_name("." + final.name + ".tmp")
-    pq.write_table(rows, temporary)
+    pq.write_table(rows, temporary, compression=COMPRESSION)
     temporary.replace(final)

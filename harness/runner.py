@@ -27,7 +27,8 @@ from harness.model_client import (
     ModelUnavailable,
 )
 from harness.plan import AgentRunSpec, episode_id, instantiate_component, probe_points
-from harness.records import TABLES, AttemptRow, Episode, LLMCall, Usage
+from harness.records import TABLES, AttemptRow, Episode, LLMCall, TranscriptRow, Usage
+from harness.redact import RedactingSink, Redactor
 
 
 class RecordSink(Protocol):
@@ -113,7 +114,9 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder, model_endpoint=spec.model_endpoint,
-                           embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache)
+                           embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
+                           transcripts=spec.transcripts)
+    sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     episodes = EpisodeRunner(spec, env, llm, sink)
     agent = build_agent(spec, llm)
     probes = probe_points(spec)
@@ -188,15 +191,17 @@ class EpisodeRunner:
             trial.close()
         await llm.settle()  # calls still in flight (siblings of a failed one) are billed: keep them
         calls = llm.take_records()
+        transcripts = llm.take_transcripts()
         episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
                                   started_at, time.perf_counter() - clock)
         where = {"run_id": spec.run_id, "episode_id": this_episode, "task_id": task.task_id,
                  "stream_position": position}
         sink.append(LLMCall.table, [call.model_dump() for call in calls])
+        sink.append(TranscriptRow.table, [transcript.model_dump() for transcript in transcripts])
         sink.append(AttemptRow.table, [
-            AttemptRow(**where, attempt=r.number, response=r.response, success=r.success, score=r.score,
-                       judge_score=r.judge_score, reward=r.reward, steps=r.steps,
-                       reflection=r.reflection).model_dump() for r in results])
+            AttemptRow(**where, attempt=r.number, response=r.response, raw_response=r.raw_response,
+                       success=r.success, score=r.score, judge_score=r.judge_score, reward=r.reward,
+                       steps=r.steps, reflection=r.reflection).model_dump() for r in results])
         for table, rows in agent.take_rows().items():
             sink.append(table, [TABLES[table](**where, **row).model_dump() for row in rows])
         sink.append(Episode.table, [episode.model_dump()])

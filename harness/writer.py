@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from harness.records import TABLES, Episode
+from harness.records import COMPRESSION, TABLES, Episode
 from harness.resume import drop_orphans, finished_episodes
 
 REPLACES = b"harness.replaces"
@@ -143,7 +143,7 @@ class TableWriter:
         arrow_table = pa.Table.from_pylist(rows, schema=TABLES[table].arrow_schema())
         final = directory / f"part-{self._writer_id}-{self._sequence:06d}.parquet"
         temporary = final.with_name("." + final.name + ".tmp")
-        pq.write_table(arrow_table, temporary)
+        pq.write_table(arrow_table, temporary, compression=COMPRESSION)
         os.replace(temporary, final)
         self._sequence += 1
 
@@ -173,7 +173,7 @@ def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
     if any(not f.physical_schema.remove_metadata().equals(plain) for f in parts.get_fragments()):
         return None
     try:
-        with pq.ParquetWriter(temporary, merged) as out:
+        with pq.ParquetWriter(temporary, merged, compression=COMPRESSION) as out:
             pending: list[pa.RecordBatch] = []
             rows = 0
             for batch in parts.to_batches(batch_size=ROW_GROUP_ROWS):  # in file order
