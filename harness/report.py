@@ -11,6 +11,12 @@ from the runs table; see harness/summary.py):
   protocol and model;
 - accuracy at matched spend: each variant's success rate over the episodes finished within the
   largest cumulative token spend that every compared agent run reached;
+- paired differences against a reference variant (`--reference`, default baseline) on the same
+  tasks in the same order: paired bootstrap CI, exact McNemar p-value with Holm's correction,
+  resolved or not at 95%, and how many paired episodes would resolve the observed difference
+  (harness/compare.py, harness/stats.py);
+- the self-evolution metrics: evolution gain, adaptation speed, stability, forgetting, success
+  per 1k tokens and per dollar (formulas in the README);
 - a cost-accuracy plot with the Pareto frontier, learning curves (rolling success by stream
   position, a band over seeds), and, when the data has them, forgetting on replay probes, the
   judge-vs-truth gap, and the spread over stream orders.
@@ -26,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from harness.compare import evolution_metrics, paired_comparisons
+from harness.stats import bootstrap_ci
 from harness.summary import OPTIONAL_COLUMNS, label_runs, read_table, read_tables, settings_labels
 
 
@@ -70,17 +78,6 @@ def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
                 "cached_share": float(own_calls["cached"].mean()) if own_calls.height else None}
         status.append(row)
     return episodes, calls, status
-
-
-def bootstrap_ci(successes: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    from scipy.stats import bootstrap
-
-    if len(successes) < 2 or successes.min() == successes.max():
-        value = float(successes.mean()) if len(successes) else float("nan")
-        return value, value
-    result = bootstrap((successes,), np.mean, confidence_level=0.95, n_resamples=2000,
-                       method="BCa", random_state=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def group_keys(episodes: pl.DataFrame) -> list[str]:
@@ -238,7 +235,57 @@ def markdown(frame: pl.DataFrame) -> str:
     return "\n".join([header, rule, *rows])
 
 
-def write_report(paths: list[Path], out: Path) -> str:
+def with_interval(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """`name`, `name_low`, `name_high` as one column of text: `0.120 [0.050, 0.190]`."""
+    def text(value: float | None, low: float | None, high: float | None) -> str | None:
+        if value is None:
+            return None
+        return f"{value:.3f}" if low is None else f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+    for name in names:
+        if name not in frame.columns:
+            continue
+        cells = [text(*row) for row in frame.select(name, f"{name}_low", f"{name}_high").iter_rows()]
+        frame = frame.drop(f"{name}_low", f"{name}_high").with_columns(pl.Series(name, cells, pl.String))
+    return frame
+
+
+def paired_sections(episodes: pl.DataFrame, reference: str) -> list[str]:
+    comparisons = paired_comparisons(episodes, group_keys(episodes), reference)
+    lines = [f"## Paired differences against {reference}", "",
+             "Each group against the reference on the same tasks in the same order (episodes paired on "
+             "seed, order seed and stream position, after checking they hold the same task). Difference "
+             "in success with a 95% paired bootstrap CI (tasks resampled within each seed and order); "
+             "`gained` / `lost`: tasks only the group / only the reference solved; exact McNemar p-value, "
+             "Holm-adjusted across the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0.",
+             ""]
+    if not comparisons.table.is_empty():
+        lines += [markdown(comparisons.table.select(
+            "group", "reference", "pairs", "seeds", "reference_rate", "rate", "difference", "ci_low",
+            "ci_high", "gained", "lost", "p_value", "p_holm", "resolved")), ""]
+    lines += [f"- {note}" for note in comparisons.notes]
+    if comparisons.plans:
+        lines += ["", "Planning (McNemar, 80% power, 5% two-sided, from the observed discordance):", "",
+                  *[f"- {plan}" for plan in comparisons.plans]]
+    return [*lines, ""]
+
+
+def metrics_section(episodes: pl.DataFrame) -> list[str]:
+    metrics = evolution_metrics(episodes, group_keys(episodes))
+    shown = with_interval(metrics, ["evolution_gain", "adaptation_tasks", "forgetting",
+                                    "success_per_1k_tokens", "success_per_usd"])
+    shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
+    return ["## Self-evolution metrics", "",
+            "Per group, with 95% CIs in brackets (formulas in the README, section Report): "
+            "`evolution_gain` = success sequential - isolated on the same tasks (when both scenarios "
+            "ran); `adaptation_tasks` = tasks until the rolling success (10 tasks) first reaches 90% of "
+            "its final level (mean over runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` "
+            "= spread of the runs' success rates; `forgetting` = success when a probe task was learnt - "
+            "success at its last replay; `success_per_1k_tokens` / `success_per_usd` = successes / spend "
+            "(every purpose). Empty columns are left out.", "", markdown(shown), ""]
+
+
+def write_report(paths: list[Path], out: Path, reference: str = "baseline") -> str:
     runs = find_run_dirs(paths)
     episodes, _calls, status = load(runs)
     table = main_table(episodes)
@@ -268,6 +315,8 @@ def write_report(paths: list[Path], out: Path) -> str:
         f"## Accuracy at matched spend: {budget:.0f} tokens per agent run", "",
         "Episodes finished within the largest cumulative spend every agent run reached.", "",
         markdown(matched), "", *dollars,
+        *paired_sections(episodes, reference),
+        *metrics_section(episodes),
         "![cost-accuracy](cost_accuracy.png)", "", "![learning curves](learning_curves.png)", "",
         *extra_sections(episodes),
         "## Runs", "", markdown(pl.DataFrame(status)), "",
@@ -282,9 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument("--out", type=Path, default=None, help="where report.md and plots go "
                         "(default: the first path)")
+    parser.add_argument("--reference", default="baseline", help="variant (or full group label) the "
+                        "others are paired against (default: baseline)")
     args = parser.parse_args(argv)
     try:
-        main_rows = write_report(args.paths, args.out or args.paths[0])
+        main_rows = write_report(args.paths, args.out or args.paths[0], args.reference)
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

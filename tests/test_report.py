@@ -41,6 +41,16 @@ def test_the_report_compares_every_variant_and_writes_its_files(sweep, capsys):
     assert (sweep / "learning_curves.png").stat().st_size > 0
 
 
+def test_the_report_pairs_variants_against_the_reference_and_computes_the_metrics(sweep, tmp_path):
+    assert main([str(sweep), "--out", str(tmp_path), "--reference", "reflexion"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    paired = report[report.index("## Paired differences against reflexion"):]
+    assert "| baseline | reflexion | 20 | 2 |" in paired  # 10 tasks x 2 seeds, paired
+    metrics = report[report.index("## Self-evolution metrics"):]
+    header = next(line for line in metrics.splitlines() if line.startswith("| variant"))
+    assert {"forgetting", "success_per_1k_tokens", "std_over_seeds"} <= set(header.strip("| ").split(" | "))
+
+
 def test_matched_dollars_appear_when_the_calls_have_a_price():
     from harness.report import matched_spend
     from tests.conftest import run_variant

@@ -1,0 +1,230 @@
+"""Paired comparisons against a reference variant, and the self-evolution metrics.
+
+Both work on the report's episodes frame and its grouping keys (variant, the env / scenario /
+model when they vary, the settings label). Episodes pair on (seed, order_seed, stream_position)
+within the same env, scenario and model: runs that share a seed see the same tasks in the same
+order, which is checked task by task before anything is paired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from harness.stats import holm, mcnemar_exact, pairs_needed, stratified_bootstrap_ci
+
+PAIR_KEYS = ["seed", "order_seed", "stream_position"]
+NOT_CONTEXT = ("variant", "settings")
+"""Grouping keys that tell compared groups apart; the others (env, scenario, model) are the context
+a comparison stays within."""
+
+
+@dataclass
+class Comparisons:
+    table: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+    """Comparisons that could not be made, and why."""
+    plans: list[str] = field(default_factory=list)
+    """How many paired episodes would resolve each observed difference."""
+
+
+def labelled(episodes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Stream episodes that were attempted, with a `group` label made of the grouping keys."""
+    stream = episodes.filter(~pl.col("probe") & pl.col("attempted"))
+    parts = [pl.col(k).cast(pl.String) for k in keys]
+    return stream.with_columns(group=pl.concat_str(parts, separator=" / ").str.replace_all(r"( / )+$", ""))
+
+
+def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
+    """The two groups' episodes side by side (`ref`, `cand` successes, `seed`), or why they cannot
+    be paired: different tasks at the same seed, order and position, or nothing in common."""
+    columns = [*PAIR_KEYS, "task_id", "success"]
+    joined = reference.select(columns).unique(PAIR_KEYS, keep="first").join(
+        candidate.select(columns).unique(PAIR_KEYS, keep="first"), on=PAIR_KEYS, suffix="_cand")
+    if joined.is_empty():
+        return None, "no seed, order and position in common"
+    differ = joined.filter(pl.col("task_id") != pl.col("task_id_cand"))
+    if not differ.is_empty():
+        first = differ.sort(PAIR_KEYS).row(0, named=True)
+        return None, (f"they saw different tasks ({differ.height} positions, first at seed {first['seed']} "
+                      f"position {first['stream_position']}: {first['task_id']} vs {first['task_id_cand']})")
+    return joined.select("seed", "order_seed", ref="success", cand="success_cand"), None
+
+
+def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str = "baseline",
+                       seed: int = 0) -> Comparisons:
+    """Every group against the reference group of its context: success difference with a paired
+    bootstrap CI (tasks resampled within each seed and order), exact McNemar p-value, Holm-adjusted
+    across all comparisons, and whether the difference is resolved at 95%."""
+    stream = labelled(episodes, keys)
+    context = [k for k in keys if k not in NOT_CONTEXT]
+    rows: list[dict] = []
+    notes: list[str] = []
+    for values, frame in stream.group_by(context or [pl.lit(0)], maintain_order=True):
+        where = ", ".join(f"{k}={v}" for k, v in zip(context, values, strict=True)) if context else ""
+        groups = sorted(frame["group"].unique().to_list())
+        references = [g for g in groups if g == reference] or sorted(
+            set(frame.filter(pl.col("variant") == reference)["group"].to_list()))
+        if not references:
+            scope = f" for {where}" if where else ""
+            notes.append(f"no reference group {reference!r}{scope}: nothing compared")
+            continue
+        if len(references) > 1:
+            notes.append(f"several groups are variant {reference!r}{' for ' + where if where else ''} "
+                         f"({'; '.join(references)}): name one with --reference")
+            continue
+        ref_frame = frame.filter(pl.col("group") == references[0])
+        for group in groups:
+            if group == references[0]:
+                continue
+            pairs, why = pair(ref_frame, frame.filter(pl.col("group") == group))
+            if pairs is None:
+                notes.append(f"{group} vs {references[0]}: not paired, {why}")
+                continue
+            rows.append(_comparison(group, references[0], pairs, seed))
+    table = pl.DataFrame(rows) if rows else pl.DataFrame()
+    plans: list[str] = []
+    if rows:
+        adjusted = holm(table["p_value"].to_list())
+        table = table.with_columns(p_holm=pl.Series(adjusted)).with_columns(
+            resolved=(pl.col("p_holm") < 0.05) & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)))
+        for row in table.iter_rows(named=True):
+            plans.append(_plan(row))
+        table = table.drop("needed")
+    return Comparisons(table=table, notes=notes, plans=plans)
+
+
+def _comparison(group: str, reference: str, pairs: pl.DataFrame, seed: int) -> dict:
+    ref = pairs["ref"].to_numpy().astype(bool)
+    cand = pairs["cand"].to_numpy().astype(bool)
+    strata = (pairs["seed"].cast(pl.String) + "/" + pairs["order_seed"].cast(pl.String)).to_numpy()
+    diff = cand.astype(float) - ref.astype(float)
+    low, high = stratified_bootstrap_ci(diff, strata, seed=seed)
+    gained, lost, p = mcnemar_exact(ref, cand)
+    return {"group": group, "reference": reference, "pairs": len(diff), "seeds": pairs["seed"].n_unique(),
+            "reference_rate": float(ref.mean()), "rate": float(cand.mean()), "difference": float(diff.mean()),
+            "ci_low": low, "ci_high": high, "gained": gained, "lost": lost, "p_value": p,
+            "needed": pairs_needed(gained, lost, len(diff))}
+
+
+def _plan(row: dict) -> str:
+    needed, seeds = row["needed"], max(row["seeds"], 1)
+    if needed is None:
+        return (f"{row['group']}: no difference observed ({row['gained']} gained, {row['lost']} lost); "
+                "nothing to plan")
+    per_seed = -(-needed // seeds)
+    return (f"{row['group']}: a difference of {row['difference']:+.3f} with this discordance "
+            f"({row['gained'] + row['lost']} of {row['pairs']} pairs) needs about {needed} paired episodes "
+            f"for 80% power at 5% (e.g. {per_seed} tasks x {seeds} seeds; now {row['pairs']})")
+
+
+def evolution_metrics(episodes: pl.DataFrame, keys: list[str], window: int = 10, fraction: float = 0.9,
+                      seed: int = 0) -> pl.DataFrame:
+    """One row per group: evolution gain (against the same group in the isolated scenario),
+    adaptation speed, stability over seeds and orders, forgetting on replay probes, and success
+    per 1k tokens and per dollar, each with a 95% CI where there is something to resample."""
+    stream = labelled(episodes, keys)
+    probes = episodes.filter(pl.col("probe") & pl.col("attempted"))
+    without_scenario = [k for k in keys if k != "scenario"]
+    rows = []
+    for values, frame in stream.group_by(keys, maintain_order=True):
+        row: dict = dict(zip(keys, values, strict=True))
+        row["runs"] = frame["run_id"].n_unique()
+        row["success_rate"] = float(frame["success"].mean())
+        row |= _evolution_gain(stream, frame, without_scenario, seed)
+        row |= _adaptation(frame, window, fraction, seed)
+        row |= _stability(frame)
+        own_probes = probes.filter(pl.col("run_id").is_in(frame["run_id"].unique().to_list()))
+        row |= _forgetting(frame, own_probes, seed)
+        row |= _efficiency(frame, seed)
+        rows.append(row)
+    return pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
+
+
+def _interval(prefix: str, value: float | None, low: float | None = None, high: float | None = None) -> dict:
+    return {prefix: value, f"{prefix}_low": low, f"{prefix}_high": high}
+
+
+def _evolution_gain(stream: pl.DataFrame, frame: pl.DataFrame, keys: list[str], seed: int) -> dict:
+    scenario = frame["scenario"][0]
+    if scenario == "isolated":
+        return _interval("evolution_gain", None)
+    same = pl.all_horizontal([pl.col(k) == frame[k][0] for k in keys])
+    isolated = stream.filter(same & (pl.col("scenario") == "isolated"))
+    if isolated.is_empty():
+        return _interval("evolution_gain", None)
+    pairs, _why = pair(isolated, frame)
+    if pairs is None:
+        return _interval("evolution_gain", None)
+    diff = pairs["cand"].cast(pl.Float64).to_numpy() - pairs["ref"].cast(pl.Float64).to_numpy()
+    strata = (pairs["seed"].cast(pl.String) + "/" + pairs["order_seed"].cast(pl.String)).to_numpy()
+    return _interval("evolution_gain", float(diff.mean()), *stratified_bootstrap_ci(diff, strata, seed=seed))
+
+
+def adaptation_tasks(success: np.ndarray, window: int, fraction: float) -> int | None:
+    """Tasks until the rolling success (mean of the last `window`) first reaches `fraction` of its
+    final level; None when the final level is 0 or the stream is shorter than the window."""
+    if len(success) < window:
+        return None
+    rolling = np.convolve(success.astype(float), np.ones(window) / window, mode="valid")
+    final = rolling[-1]
+    if final <= 0:
+        return None
+    return int(np.argmax(rolling >= fraction * final)) + window
+
+
+def _adaptation(frame: pl.DataFrame, window: int, fraction: float, seed: int) -> dict:
+    speeds = []
+    for _, run in frame.group_by("run_id"):
+        tasks = adaptation_tasks(run.sort("stream_position")["success"].to_numpy(), window, fraction)
+        if tasks is not None:
+            speeds.append(tasks)
+    if not speeds:
+        return _interval("adaptation_tasks", None)
+    values = np.array(speeds, dtype=float)
+    return _interval("adaptation_tasks", float(values.mean()),
+                     *stratified_bootstrap_ci(values, np.zeros(len(values)), seed=seed))
+
+
+def _stability(frame: pl.DataFrame) -> dict:
+    per_run = frame.group_by("seed", "order_seed").agg(rate=pl.col("success").mean())
+    by_seed = per_run.group_by("seed").agg(pl.col("rate").mean())["rate"]
+    orders = per_run.group_by("seed").agg(spread=pl.col("rate").std(), n=pl.len()).filter(pl.col("n") > 1)
+    return {"std_over_seeds": float(by_seed.std()) if by_seed.len() > 1 else None,
+            "range_over_seeds": float(by_seed.max() - by_seed.min()) if by_seed.len() > 1 else None,
+            "std_over_orders": float(orders["spread"].mean()) if orders.height else None}
+
+
+def _forgetting(frame: pl.DataFrame, probes: pl.DataFrame, seed: int) -> dict:
+    if probes.is_empty():
+        return _interval("forgetting", None)
+    last = (probes.sort("stream_position").group_by("run_id", "task_id")
+            .agg(pl.col("success").last().alias("replayed"), pl.col("seed").first()))
+    learnt = frame.select("run_id", "task_id", learnt="success").unique(["run_id", "task_id"], keep="first")
+    joined = last.join(learnt, on=["run_id", "task_id"])
+    if joined.is_empty():
+        return _interval("forgetting", None)
+    drop = joined["learnt"].cast(pl.Float64).to_numpy() - joined["replayed"].cast(pl.Float64).to_numpy()
+    return _interval("forgetting", float(drop.mean()),
+                     *stratified_bootstrap_ci(drop, joined["seed"].to_numpy(), seed=seed))
+
+
+def _efficiency(frame: pl.DataFrame, seed: int) -> dict:
+    success = frame["success"].cast(pl.Float64).to_numpy()
+    strata = frame["seed"].to_numpy()
+    kilotokens = frame["total_tokens"].cast(pl.Float64).to_numpy() / 1000
+    if kilotokens.sum():
+        row = _interval("success_per_1k_tokens", float(success.sum() / kilotokens.sum()),
+                        *stratified_bootstrap_ci(success, strata, weights=kilotokens, seed=seed))
+    else:
+        row = _interval("success_per_1k_tokens", None)
+    dollars = frame["cost_usd"]
+    if dollars.null_count() == 0 and dollars.sum() > 0:
+        spent = dollars.cast(pl.Float64).to_numpy()
+        row |= _interval("success_per_usd", float(success.sum() / spent.sum()),
+                         *stratified_bootstrap_ci(success, strata, weights=spent, seed=seed))
+    else:
+        row |= _interval("success_per_usd", None)
+    return row
