@@ -164,6 +164,16 @@ class Agent(abc.ABC):
         if self.memory is not None:
             await self.memory.remember(feedback, self.stream_position)
 
+    def export_state(self) -> dict[str, Any]:
+        """What the agent has learnt besides its memory, as JSON values (a snapshot's state.json).
+        Variants with more learnt state (tools, playbooks) add theirs and read it back in
+        `import_state`."""
+        return {"system_prompt": self.system_prompt, "protocol": self.protocol}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        self.system_prompt = state["system_prompt"]
+        self.protocol = state["protocol"]
+
     def memory_size(self) -> int | None:
         """Items in the agent's memory; None for agents without one."""
         return self.memory.size if self.memory is not None else None

@@ -156,6 +156,21 @@ class EpisodicMemory:
             await self._evict()
         await self._maintain_index(table)
 
+    async def export(self) -> tuple[Any, int | None]:
+        """Every item (vectors included) as an Arrow table, and the table's LanceDB version; (None,
+        None) while the memory is empty and has no table yet."""
+        if self._table is None:
+            return None, None
+        return await self._table.to_arrow(), await self._table.version()
+
+    async def load(self, items: Any) -> None:
+        """Start from these items (an `export` of another run's memory), in this run's own table."""
+        if items is None or items.num_rows == 0:
+            return
+        table = await self._open(items.schema.field("vector").type.list_size)
+        await table.add(items)
+        self.size = items.num_rows
+
     async def _maintain_index(self, table: Any) -> None:
         """A flat scan is fine for small memories; past `index_from` items an IVF-HNSW index keeps a
         top-k search at a few milliseconds (python -m harness.bench), refreshed every 1,000 inserts."""

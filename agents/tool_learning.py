@@ -120,6 +120,13 @@ class ToolLearningAgent(BaselineAgent):
         self.tools[tool.family] = tool
         self._record("registered", tool, trial_run.value, None)
 
+    def export_state(self) -> dict[str, Any]:
+        return {**super().export_state(), "tools": [tool.model_dump() for tool in self.tools.values()]}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        super().import_state(state)
+        self.tools = {tool["family"]: Tool(**tool) for tool in state.get("tools", [])}
+
     def take_rows(self) -> dict[str, list[dict[str, Any]]]:
         rows = super().take_rows()
         if self._events:

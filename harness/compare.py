@@ -34,7 +34,8 @@ def labelled(episodes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Stream episodes that were attempted, with a `group` label made of the grouping keys."""
     stream = episodes.filter(~pl.col("probe") & pl.col("attempted"))
     parts = [pl.col(k).cast(pl.String) for k in keys]
-    return stream.with_columns(group=pl.concat_str(parts, separator=" / ").str.replace_all(r"( / )+$", ""))
+    label = pl.concat_str(parts, separator=" / ", ignore_nulls=True).str.replace_all(r"( / )+$", "")
+    return stream.with_columns(group=label)
 
 
 def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
@@ -84,7 +85,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
                 notes.append(f"{group} vs {references[0]}: not paired, {why}")
                 continue
             rows.append(_comparison(group, references[0], pairs, seed))
-    table = pl.DataFrame(rows) if rows else pl.DataFrame()
+    table = pl.DataFrame(rows).sort("group") if rows else pl.DataFrame()
     plans: list[str] = []
     if rows:
         adjusted = holm(table["p_value"].to_list())

@@ -212,6 +212,7 @@ class StreamSettings(_Strict):
     order_seeds: list[int] | None = Field(min_length=1)
     probe_every: int = Field(ge=0)
     probe_size: int = Field(gt=0)
+    snapshot_every: int = Field(ge=0)
 
     @field_validator("scenario")
     @classmethod

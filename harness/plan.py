@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.base import Environment, Task
 from harness.config import BudgetSettings, CacheSettings, ConfigError, HarnessConfig, endpoint_key
+from harness.snapshots import find_snapshot
 from harness.streams import order_tasks, sample_tasks
 
 
@@ -47,6 +48,18 @@ class AgentRunSpec(BaseModel):
     """The job's response-cache settings (each call carries its run's own to the gateway)."""
     workdir: str
     """Directory for the agent's own files (its memory table)."""
+    snapshot_every: int = 0
+    """Save the learnt state every this many stream tasks (0: only at the end of the stream)."""
+    start_from: str | None = None
+    """Directory of the snapshot the agent starts from (variant.start_from, or an evaluation)."""
+    snapshot_of: str | None = None
+    """The run that snapshot belongs to."""
+    snapshot_position: int | None = None
+    """Tasks that run had learnt from at the snapshot."""
+    frozen: bool = False
+    """Learn nothing (no tuning, no learning after tasks): a snapshot evaluation."""
+    view: str | None = None
+    """For an evaluation: id, ood or replay (see harness.records.Episode.view)."""
     transcripts: bool = True
     """Keep each call's messages and raw reply (the transcripts table)."""
     secret_env: list[str] = []
@@ -64,6 +77,9 @@ Ray is used, progress bars, and the cache's location (answers are the same with 
 cache's billing policy is in, since it changes what a budget buys."""
 
 
+OUTPUT_ONLY = ("stream.snapshot_every",)
+"""Settings of a behaviour group that only decide what is saved: not part of a run's identity."""
+
 PACING = ("max_concurrency", "requests_per_minute")
 """Endpoint settings that pace calls without changing any answer: not part of a run's identity."""
 
@@ -75,8 +91,8 @@ def behaviour_settings(settings: HarnessConfig) -> dict[str, Any]:
     for group in BEHAVIOUR_GROUPS:
         flat.update(_flatten(dumped[group], group))
     flat["cache.charge"] = settings.cache.charge
-    return {key: value for key, value in flat.items()
-            if not (key.startswith(("model.", "embedder.")) and key.endswith(PACING))}
+    pacing = {key for key in flat if key.startswith(("model.", "embedder.")) and key.endswith(PACING)}
+    return {key: value for key, value in flat.items() if key not in pacing and key not in OUTPUT_ONLY}
 
 
 def _flatten(value: Any, prefix: str) -> dict[str, Any]:
@@ -153,16 +169,21 @@ def check_disjoint(tuning: list[Task], evaluation: list[Task]) -> None:
                           f"({len(shared)} shared, e.g. {example[:80]!r})")
 
 
-def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
-    stream = settings.stream
-    env_cfg = settings.env.instantiable()
+def task_pool(env_cfg: dict[str, Any], tuning_size: int) -> tuple[list[Task], list[Task]]:
+    """The env's tuning split and the evaluation pool every stream samples from."""
     env = build_environment(env_cfg)
     pool = env.tasks()
     tuning = env.tuning_tasks()
     if tuning:
         check_disjoint(tuning, pool)
-    else:
-        tuning, pool = split_tuning(pool, stream.tuning_size)
+        return tuning, pool
+    return split_tuning(pool, tuning_size)
+
+
+def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
+    stream = settings.stream
+    env_cfg = settings.env.instantiable()
+    tuning, pool = task_pool(env_cfg, stream.tuning_size)
     wanted = stream.num_tasks
     if wanted > len(pool):
         held = f" after the {len(tuning)} held out for tuning" if tuning else ""
@@ -176,19 +197,25 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                           f"{wanted} tasks")
     specs = []
     behaviour = behaviour_settings(settings)
+    variant_cfg = settings.variant.instantiable()
+    start_from = variant_cfg.pop("start_from", None)
     for seed in settings.seeds:
         task_set = sample_tasks(pool, wanted, seed)
         for order_seed in stream.order_seeds or [seed]:
             identity = {**behaviour, "seed": seed, "order_seed": order_seed}
             digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+            source = find_snapshot(start_from, seed, order_seed) if start_from else None
             specs.append(AgentRunSpec(
                 run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-o{order_seed}-{digest}",
-                variant=settings.variant.name, variant_cfg=settings.variant.instantiable(), seed=seed,
+                variant=settings.variant.name, variant_cfg=variant_cfg, seed=seed,
                 env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
                 model_endpoint=endpoint_key(settings.model), model_params=settings.model.params,
                 embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),
                 budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour,
-                transcripts=settings.output.transcripts, secret_env=settings.output.secret_env))
+                transcripts=settings.output.transcripts, secret_env=settings.output.secret_env,
+                snapshot_every=stream.snapshot_every,
+                snapshot_of=source[0] if source else None, snapshot_position=source[1] if source else None,
+                start_from=str(source[2]) if source else None))
     return specs

@@ -224,6 +224,15 @@ class Episode(Record):
     protocol: str
     """How the agent's prompt relates to the stream: online (learns only from tasks already done),
     held_out (tuned on a disjoint split) or resubstitution (tuned on the evaluated tasks)."""
+    view: str | None
+    """Null for a run that learns; for a frozen snapshot's evaluation (python -m harness.evaluate),
+    which tasks it is evaluated on: id (held-out tasks of the same distribution), ood (another family
+    or env) or replay (the source run's own earlier tasks)."""
+    snapshot_of: str | None
+    """The run whose learnt state this run started from (a snapshot evaluation, or
+    variant.start_from); null otherwise."""
+    snapshot_position: int | None
+    """How many stream tasks that run had learnt from when the snapshot was taken; null otherwise."""
     latency_s: float
     """Wall seconds of the whole episode, from the first reset to the end of learning."""
     error: str | None
@@ -392,6 +401,36 @@ class ToolEventRow(Record):
     subprocess with rlimits and an audit hook, only with `variant.sandbox.weak=true`)."""
 
 
+class SnapshotRow(Record):
+    """An immutable copy of everything an agent run had learnt at one point of its stream: its
+    memory items (with their vectors), its system prompt and its tools, in `path`."""
+
+    table: ClassVar[str] = "snapshots"
+
+    run_id: str
+    """Agent run whose state it is."""
+    episode_id: str
+    """The episode after whose learning it was taken."""
+    position: int
+    """Stream tasks learnt from when it was taken (the episode's stream_position + 1)."""
+    final: bool
+    """True for the snapshot taken at the end of the stream."""
+    path: str
+    """Its directory, relative to the run directory: `snapshot_data/<run_id>/<position>` holding
+    state.json (prompt, protocol, tools) and memory.parquet (the memory table's rows)."""
+    memory_items: int | None
+    """Items in the memory at that point; null for variants without memory."""
+    memory_version: int | None
+    """Version of the run's LanceDB memory table at that point (`table.checkout(version)` on
+    memory/<run_id>.lance shows the same rows); null without memory."""
+    system_prompt: str
+    """The system prompt the agent acted with (OPRO's tuned one, for example)."""
+    tools: int
+    """Learnt tools kept (tool_learning); 0 for other variants."""
+    created_at: dt.datetime
+    """UTC time it was written."""
+
+
 class RunRow(Record):
     """One agent run and every setting that shapes its behaviour: join any table on `run_id` to
     compare runs by what they were configured with (e.g. a swept `variant.max_attempts`)."""
@@ -427,7 +466,7 @@ class RunRow(Record):
 
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
     Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, TranscriptRow, MemoryEventRow, PromptRow,
-    ToolEventRow, RunRow)}
+    ToolEventRow, SnapshotRow, RunRow)}
 
 
 class AgentRunInfo(BaseModel):

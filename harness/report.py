@@ -80,10 +80,38 @@ def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
     return episodes, calls, status
 
 
+SNAPSHOT_COLUMNS = ("view", "snapshot_position")
+"""Set on the episodes of snapshot evaluations (python -m harness.evaluate); null on learning runs."""
+
+
+def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Episodes of runs that learn (not snapshot evaluations)."""
+    return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
+
+
+def snapshot_views(episodes: pl.DataFrame) -> list[str]:
+    if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
+        return []
+    evaluated = episodes.filter(pl.col("view").is_not_null() & pl.col("attempted"))
+    keys = [k for k in group_keys(episodes) if k not in SNAPSHOT_COLUMNS]
+    rows = []
+    for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
+        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
+        rows.append({**dict(zip([*keys, "view", "snapshot_position"], group, strict=True)),
+                     "runs": frame["run_id"].n_unique(), "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+    table = pl.DataFrame(rows).sort([*keys, "view", "snapshot_position"])
+    return ["## Snapshots on held-out views", "",
+            "Snapshots evaluated frozen (python -m harness.evaluate): `id` held-out tasks of the same "
+            "distribution, `ood` another family or env, `replay` the run's own earlier tasks; "
+            "`snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", "", markdown(table), ""]
+
+
 def group_keys(episodes: pl.DataFrame) -> list[str]:
     """Variant always; env, scenario and model only when they vary; the settings label when a
     setting varies (see `harness.summary.label_runs`)."""
-    optional = [k for k in (*OPTIONAL_COLUMNS, "model") if episodes[k].n_unique() > 1]
+    optional = [k for k in (*OPTIONAL_COLUMNS, "model", *SNAPSHOT_COLUMNS)
+                if k in episodes.columns and episodes[k].n_unique() > 1]
     return ["variant", *optional, *(["settings"] if "settings" in episodes.columns else [])]
 
 
@@ -104,7 +132,7 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
                    / (pl.col("act_tokens") + pl.col("overhead_tokens"))).sort(keys))
     lows, highs = [], []
     for row in table.iter_rows(named=True):
-        mask = pl.all_horizontal([pl.col(k) == row[k] for k in keys])
+        mask = pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys])
         low, high = bootstrap_ci(evaluated.filter(mask)["success"].cast(pl.Float64).to_numpy())
         lows.append(low)
         highs.append(high)
@@ -289,18 +317,19 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline") -> s
     runs = find_run_dirs(paths)
     episodes, _calls, status = load(runs)
     table = main_table(episodes)
-    budget, matched = matched_spend(episodes)
+    learning = learning_runs(episodes)
+    budget, matched = matched_spend(learning if learning.height else episodes)
     varying = ([f"Rows differ in `{'`, `'.join(group_keys(episodes))}`; `settings` labels the settings "
                 "that vary between runs of the same variant (from each run directory's `runs` table).", ""]
                if "settings" in episodes.columns else [])
     dollars: list[str] = []
-    if episodes["cost_usd"].null_count() == 0 and episodes["cost_usd"].sum() > 0:
-        dollar_budget, by_dollars = matched_spend(episodes, "cost_usd")
+    if learning.height and learning["cost_usd"].null_count() == 0 and learning["cost_usd"].sum() > 0:
+        dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
         dollars = [f"## Accuracy at matched spend: ${dollar_budget:.4f} per agent run", "",
                    markdown(by_dollars), ""]
     out.mkdir(parents=True, exist_ok=True)
     plot_cost_accuracy(table, out / "cost_accuracy.png")
-    plot_learning_curves(episodes, out / "learning_curves.png")
+    plot_learning_curves(learning if learning.height else episodes, out / "learning_curves.png")
     complete = sum(s["episodes"] for s in status)
     expected = sum(s["expected"] for s in status)
     lines = [
@@ -316,7 +345,8 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline") -> s
         "Episodes finished within the largest cumulative spend every agent run reached.", "",
         markdown(matched), "", *dollars,
         *paired_sections(episodes, reference),
-        *metrics_section(episodes),
+        *(metrics_section(learning) if learning.height else []),
+        *snapshot_views(episodes),
         "![cost-accuracy](cost_accuracy.png)", "", "![learning curves](learning_curves.png)", "",
         *extra_sections(episodes),
         "## Runs", "", markdown(pl.DataFrame(status)), "",

