@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -87,24 +88,6 @@ SNAPSHOT_COLUMNS = ("view", "snapshot_position")
 def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
     """Episodes of runs that learn (not snapshot evaluations)."""
     return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
-
-
-def snapshot_views(episodes: pl.DataFrame) -> list[str]:
-    if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
-        return []
-    evaluated = episodes.filter(pl.col("view").is_not_null() & pl.col("attempted"))
-    keys = [k for k in group_keys(episodes) if k not in SNAPSHOT_COLUMNS]
-    rows = []
-    for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
-        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
-        rows.append({**dict(zip([*keys, "view", "snapshot_position"], group, strict=True)),
-                     "runs": frame["run_id"].n_unique(), "episodes": frame.height,
-                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
-    table = pl.DataFrame(rows).sort([*keys, "view", "snapshot_position"])
-    return ["## Snapshots on held-out views", "",
-            "Snapshots evaluated frozen (python -m harness.evaluate): `id` held-out tasks of the same "
-            "distribution, `ood` another family or env, `replay` the run's own earlier tasks; "
-            "`snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", "", markdown(table), ""]
 
 
 def group_keys(episodes: pl.DataFrame) -> list[str]:
@@ -223,34 +206,6 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
     plt.close(fig)
 
 
-def extra_sections(episodes: pl.DataFrame) -> list[str]:
-    sections = []
-    keys = group_keys(episodes)
-    probes = episodes.filter(pl.col("probe"))
-    if probes.height:
-        forgetting = (probes.group_by(*keys, "stream_position").agg(success_rate=pl.col("success").mean())
-                      .sort(*keys, "stream_position"))
-        sections += ["## Forgetting on replay probes", "",
-                     "Success on the replayed first tasks, by the stream position after which they ran.",
-                     "", markdown(forgetting), ""]
-    judged = episodes.filter(pl.col("judge_score").is_not_null() & ~pl.col("probe"))
-    if judged.height:
-        gap = (judged.group_by(keys).agg(
-            judge_says=pl.col("judge_score").mean(), truth=pl.col("success").cast(pl.Float64).mean())
-            .with_columns(gap=pl.col("judge_says") - pl.col("truth")).sort(keys))
-        sections += ["## Judge vs truth", "", "Mean judge score against the true success rate; a "
-                     "positive gap is self-graded inflation.", "", markdown(gap), ""]
-    orders = episodes.filter(~pl.col("probe")).group_by(*keys, "seed", "order_seed").agg(
-        success_rate=pl.col("success").mean())
-    spread = (orders.group_by(keys).agg(
-        orders=pl.col("order_seed").n_unique(), min=pl.col("success_rate").min(),
-        max=pl.col("success_rate").max(), std=pl.col("success_rate").std()).sort(keys))
-    if orders.group_by(*keys, "seed").agg(pl.len())["len"].max() > 1:
-        sections += ["## Order sensitivity", "", "Success rate of the same task sets in different "
-                     "orders.", "", markdown(spread), ""]
-    return sections
-
-
 def markdown(frame: pl.DataFrame) -> str:
     def cell(value: object) -> str:
         if isinstance(value, float):
@@ -278,81 +233,166 @@ def with_interval(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     return frame
 
 
-def paired_sections(episodes: pl.DataFrame, reference: str) -> list[str]:
+@dataclass
+class Section:
+    """One part of the report, rendered to markdown (report.md) and HTML (report.html) alike."""
+
+    title: str
+    text: str = ""
+    table: pl.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    """Bullet points under the table."""
+    figure: str | None = None
+    """Name of the plot drawn after the section (report.md: `<name>.png`; report.html: interactive)."""
+
+
+def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
+    varying = (f" Rows differ in `{'`, `'.join(group_keys(episodes))}`; `settings` labels the settings that "
+               "vary between runs of the same variant (from each run directory's `runs` table)."
+               if "settings" in episodes.columns else "")
+    return Section("Variants", "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of "
+                   "the variant (seeds and tasks together). Overhead = every purpose but act." + varying,
+                   table, figure="cost_accuracy")
+
+
+def matched_sections(learning: pl.DataFrame) -> list[Section]:
+    budget, matched = matched_spend(learning)
+    sections = [Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
+                        "Episodes finished within the largest cumulative spend every agent run reached.",
+                        matched)]
+    if learning["cost_usd"].null_count() == 0 and learning["cost_usd"].sum() > 0:
+        dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
+        sections.append(Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", "",
+                                by_dollars))
+    return sections
+
+
+def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
     comparisons = paired_comparisons(episodes, group_keys(episodes), reference)
-    lines = [f"## Paired differences against {reference}", "",
-             "Each group against the reference on the same tasks in the same order (episodes paired on "
-             "seed, order seed and stream position, after checking they hold the same task). Difference "
-             "in success with a 95% paired bootstrap CI (tasks resampled within each seed and order); "
-             "`gained` / `lost`: tasks only the group / only the reference solved; exact McNemar p-value, "
-             "Holm-adjusted across the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0.",
-             ""]
+    table = None
     if not comparisons.table.is_empty():
-        lines += [markdown(comparisons.table.select(
+        table = comparisons.table.select(
             "group", "reference", "pairs", "seeds", "reference_rate", "rate", "difference", "ci_low",
-            "ci_high", "gained", "lost", "p_value", "p_holm", "resolved")), ""]
-    lines += [f"- {note}" for note in comparisons.notes]
-    if comparisons.plans:
-        lines += ["", "Planning (McNemar, 80% power, 5% two-sided, from the observed discordance):", "",
-                  *[f"- {plan}" for plan in comparisons.plans]]
-    return [*lines, ""]
+            "ci_high", "gained", "lost", "p_value", "p_holm", "resolved")
+    planning = ["Planning (McNemar, 80% power, 5% two-sided, from the observed discordance): " + plan
+                for plan in comparisons.plans]
+    return Section(
+        f"Paired differences against {reference}",
+        "Each group against the reference on the same tasks in the same order (episodes paired on seed, "
+        "order seed and stream position, after checking they hold the same task). Difference in success "
+        "with a 95% paired bootstrap CI (tasks resampled within each seed and order); `gained` / `lost`: "
+        "tasks only the group / only the reference solved; exact McNemar p-value, Holm-adjusted across "
+        "the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0.",
+        table, [*comparisons.notes, *planning])
 
 
-def metrics_section(episodes: pl.DataFrame) -> list[str]:
-    metrics = evolution_metrics(episodes, group_keys(episodes))
+def metrics_section(learning: pl.DataFrame) -> Section:
+    metrics = evolution_metrics(learning, group_keys(learning))
     shown = with_interval(metrics, ["evolution_gain", "adaptation_tasks", "forgetting",
                                     "success_per_1k_tokens", "success_per_usd"])
     shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
-    return ["## Self-evolution metrics", "",
-            "Per group, with 95% CIs in brackets (formulas in the README, section Report): "
-            "`evolution_gain` = success sequential - isolated on the same tasks (when both scenarios "
-            "ran); `adaptation_tasks` = tasks until the rolling success (10 tasks) first reaches 90% of "
-            "its final level (mean over runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` "
-            "= spread of the runs' success rates; `forgetting` = success when a probe task was learnt - "
-            "success at its last replay; `success_per_1k_tokens` / `success_per_usd` = successes / spend "
-            "(every purpose). Empty columns are left out.", "", markdown(shown), ""]
+    return Section(
+        "Self-evolution metrics",
+        "Per group, with 95% CIs in brackets (formulas in the README, section Report): `evolution_gain` = "
+        "success sequential - isolated on the same tasks (when both scenarios ran); `adaptation_tasks` = "
+        "tasks until the rolling success (10 tasks) first reaches 90% of its final level (mean over "
+        "runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` = spread of the runs' success "
+        "rates; `forgetting` = success when a probe task was learnt - success at its last replay; "
+        "`success_per_1k_tokens` / `success_per_usd` = successes / spend (every purpose). Empty columns "
+        "are left out.", shown, figure="learning_curves")
 
 
-def write_report(paths: list[Path], out: Path, reference: str = "baseline") -> str:
+def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
+    """Success of snapshot evaluations by group, view and snapshot position, with CIs."""
+    if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
+        return None
+    evaluated = episodes.filter(pl.col("view").is_not_null() & pl.col("attempted"))
+    keys = [k for k in group_keys(episodes) if k not in SNAPSHOT_COLUMNS]
+    rows = []
+    for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
+        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
+        rows.append({**dict(zip([*keys, "view", "snapshot_position"], group, strict=True)),
+                     "runs": frame["run_id"].n_unique(), "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+    return pl.DataFrame(rows).sort([*keys, "view", "snapshot_position"])
+
+
+def extra_sections(episodes: pl.DataFrame) -> list[Section]:
+    sections = []
+    keys = group_keys(episodes)
+    probes = episodes.filter(pl.col("probe"))
+    if probes.height:
+        forgetting = (probes.group_by(*keys, "stream_position").agg(success_rate=pl.col("success").mean())
+                      .sort(*keys, "stream_position"))
+        sections.append(Section("Forgetting on replay probes", "Success on the replayed first tasks, by the "
+                                "stream position after which they ran.", forgetting))
+    judged = episodes.filter(pl.col("judge_score").is_not_null() & ~pl.col("probe"))
+    if judged.height:
+        gap = (judged.group_by(keys).agg(
+            judge_says=pl.col("judge_score").mean(), truth=pl.col("success").cast(pl.Float64).mean())
+            .with_columns(gap=pl.col("judge_says") - pl.col("truth")).sort(keys))
+        sections.append(Section("Judge vs truth", "Mean judge score against the true success rate; a "
+                                "positive gap is self-graded inflation.", gap))
+    orders = episodes.filter(~pl.col("probe")).group_by(*keys, "seed", "order_seed").agg(
+        success_rate=pl.col("success").mean())
+    if orders.group_by(*keys, "seed").agg(pl.len())["len"].max() > 1:
+        spread = (orders.group_by(keys).agg(
+            orders=pl.col("order_seed").n_unique(), min=pl.col("success_rate").min(),
+            max=pl.col("success_rate").max(), std=pl.col("success_rate").std()).sort(keys))
+        sections.append(Section("Order sensitivity",
+                                "Success rate of the same task sets in different orders.", spread))
+    return sections
+
+
+def render_markdown(summary: str, sections: list[Section]) -> str:
+    lines = ["# Report", "", summary, ""]
+    for section in sections:
+        lines += [f"## {section.title}", ""]
+        if section.text:
+            lines += [section.text, ""]
+        if section.table is not None:
+            lines += [markdown(section.table), ""]
+        if section.notes:
+            lines += [*(f"- {note}" for note in section.notes), ""]
+        if section.figure:
+            lines += [f"![{section.figure.replace('_', ' ')}]({section.figure}.png)", ""]
+    return "\n".join(lines)
+
+
+def write_report(paths: list[Path], out: Path, reference: str = "baseline", html: bool = True,
+                 max_transcripts: int = 1000) -> str:
     runs = find_run_dirs(paths)
     episodes, _calls, status = load(runs)
     table = main_table(episodes)
     learning = learning_runs(episodes)
-    budget, matched = matched_spend(learning if learning.height else episodes)
-    varying = ([f"Rows differ in `{'`, `'.join(group_keys(episodes))}`; `settings` labels the settings "
-                "that vary between runs of the same variant (from each run directory's `runs` table).", ""]
-               if "settings" in episodes.columns else [])
-    dollars: list[str] = []
-    if learning.height and learning["cost_usd"].null_count() == 0 and learning["cost_usd"].sum() > 0:
-        dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
-        dollars = [f"## Accuracy at matched spend: ${dollar_budget:.4f} per agent run", "",
-                   markdown(by_dollars), ""]
-    out.mkdir(parents=True, exist_ok=True)
-    plot_cost_accuracy(table, out / "cost_accuracy.png")
-    plot_learning_curves(learning if learning.height else episodes, out / "learning_curves.png")
+    if learning.is_empty():
+        learning = episodes
+    views = snapshot_views_table(episodes)
+    sections = [variants_section(episodes, table), *matched_sections(learning),
+                paired_section(episodes, reference), metrics_section(learning)]
+    if views is not None:
+        sections.append(Section(
+            "Snapshots on held-out views", "Snapshots evaluated frozen (python -m harness.evaluate): `id` "
+            "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
+            "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", views,
+            figure="snapshot_views"))
+    sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]
     complete = sum(s["episodes"] for s in status)
     expected = sum(s["expected"] for s in status)
-    lines = [
-        "# Report", "",
-        f"{len(runs)} run directories, {complete} of {expected} planned episodes written "
-        f"({', '.join(sorted({s['status'] for s in status}))}). Models: "
-        f"{', '.join(sorted(episodes['model'].unique().to_list()))}.", "",
-        "## Variants", "",
-        "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of the variant "
-        "(seeds and tasks together). Overhead = every purpose but act.", "", *varying,
-        markdown(table), "",
-        f"## Accuracy at matched spend: {budget:.0f} tokens per agent run", "",
-        "Episodes finished within the largest cumulative spend every agent run reached.", "",
-        markdown(matched), "", *dollars,
-        *paired_sections(episodes, reference),
-        *(metrics_section(learning) if learning.height else []),
-        *snapshot_views(episodes),
-        "![cost-accuracy](cost_accuracy.png)", "", "![learning curves](learning_curves.png)", "",
-        *extra_sections(episodes),
-        "## Runs", "", markdown(pl.DataFrame(status)), "",
-    ]
-    text = "\n".join(lines)
-    (out / "report.md").write_text(text)
+    summary = (f"{len(runs)} run directories, {complete} of {expected} planned episodes written "
+               f"({', '.join(sorted({s['status'] for s in status}))}). Models: "
+               f"{', '.join(sorted(episodes['model'].unique().to_list()))}.")
+    out.mkdir(parents=True, exist_ok=True)
+    plot_cost_accuracy(table, out / "cost_accuracy.png")
+    plot_learning_curves(learning, out / "learning_curves.png")
+    (out / "report.md").write_text(render_markdown(summary, [
+        s if s.figure != "snapshot_views" else replace(s, figure=None) for s in sections]))
+    if html:
+        from harness.report_html import write_html
+
+        transcripts = read_tables(runs, "transcripts")
+        write_html(out / "report.html", summary, sections, table, learning, views, episodes, transcripts,
+                   max_transcripts)
     return markdown(table)
 
 
@@ -363,14 +403,18 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the first path)")
     parser.add_argument("--reference", default="baseline", help="variant (or full group label) the "
                         "others are paired against (default: baseline)")
+    parser.add_argument("--max-transcripts", type=int, default=1000, help="episodes whose calls report.html "
+                        "shows in full (default 1000; the rest are listed without their transcripts)")
     args = parser.parse_args(argv)
     try:
-        main_rows = write_report(args.paths, args.out or args.paths[0], args.reference)
+        main_rows = write_report(args.paths, args.out or args.paths[0], args.reference,
+                                 max_transcripts=args.max_transcripts)
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(main_rows)
-    print(f"\nreport: {(args.out or args.paths[0]) / 'report.md'}")
+    where = args.out or args.paths[0]
+    print(f"\nreport: {where / 'report.md'} and {where / 'report.html'}")
     return 0
 
 

@@ -51,6 +51,28 @@ def test_the_report_pairs_variants_against_the_reference_and_computes_the_metric
     assert {"forgetting", "success_per_1k_tokens", "std_over_seeds"} <= set(header.strip("| ").split(" | "))
 
 
+def test_report_html_is_one_offline_page_with_every_section_the_plots_and_the_transcripts(sweep, tmp_path):
+    import html
+    import re
+
+    assert main([str(sweep), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    markdown_titles = re.findall(r"^## (.+)$", (tmp_path / "report.md").read_text(), re.MULTILINE)
+    for title in [*markdown_titles, "Episodes and transcripts"]:
+        assert f">{html.escape(title)}</h2>" in page, title
+    assert page.count("Plotly.newPlot") == 2  # cost-accuracy, learning curves
+    assert re.findall(r"<script[^>]*\bsrc=", page) == []  # nothing fetched: it opens offline
+    assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined once
+    assert '"Pareto frontier"' in page and '"reflexion (mean)"' in page
+    episodes = pl.read_parquet(list(sweep.glob("*/episodes/*.parquet")))
+    assert page.count("(transcripts past") == 0
+    for episode in episodes.sample(5, seed=0).iter_rows(named=True):
+        assert html.escape(episode["question"]) in page
+    transcripts = pl.read_parquet(list(sweep.glob("*/transcripts/*.parquet")))
+    assert page.count("<b>reply</b>") == transcripts.height
+    assert html.escape(transcripts["messages"][0]) in page
+
+
 def test_matched_dollars_appear_when_the_calls_have_a_price():
     from harness.report import matched_spend
     from tests.conftest import run_variant

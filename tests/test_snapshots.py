@@ -129,6 +129,8 @@ def test_the_report_shows_snapshot_views_and_pairs_within_each_view(evaluated):
     assert "| memory | id | 6 |" in views and "| baseline | ood | 3 |" in views
     paired = text[text.index("## Paired differences"):text.index("## Self-evolution metrics")]
     assert "memory / id / 6 | baseline / id / 6 | 4 |" in paired
+    page = (root / "report.html").read_text()
+    assert page.count("Plotly.newPlot") == 3 and '"memory on ood"' in page
 
 
 def test_evaluating_a_directory_without_snapshots_is_refused(tmp_path, capsys):
