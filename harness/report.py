@@ -35,7 +35,14 @@ import polars as pl
 
 from harness.compare import evolution_metrics, paired_comparisons
 from harness.stats import bootstrap_ci
-from harness.summary import OPTIONAL_COLUMNS, label_runs, read_table, read_tables, settings_labels
+from harness.summary import (
+    OPTIONAL_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    label_runs,
+    read_table,
+    read_tables,
+    settings_labels,
+)
 
 
 class ReportError(ValueError):
@@ -81,19 +88,16 @@ def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
     return episodes, calls, status
 
 
-SNAPSHOT_COLUMNS = ("view", "snapshot_position")
-"""Set on the episodes of snapshot evaluations (python -m harness.evaluate); null on learning runs."""
-
-
 def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
     """Episodes of runs that learn (not snapshot evaluations)."""
     return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
 
 
 def group_keys(episodes: pl.DataFrame) -> list[str]:
-    """Variant always; env, scenario and model only when they vary; the settings label when a
+    """Variant always; env, scenario, snapshot view and position, and model only when they vary; the
+    settings label when a
     setting varies (see `harness.summary.label_runs`)."""
-    optional = [k for k in (*OPTIONAL_COLUMNS, "model", *SNAPSHOT_COLUMNS)
+    optional = [k for k in (*OPTIONAL_COLUMNS, "model")
                 if k in episodes.columns and episodes[k].n_unique() > 1]
     return ["variant", *optional, *(["settings"] if "settings" in episodes.columns else [])]
 

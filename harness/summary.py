@@ -30,7 +30,9 @@ REPLICATION = ("stream.order_seeds",)
 """Settings that replicate a run rather than change it (seeds are not settings at all)."""
 NAMED_GROUPS = ("variant", "env", "model", "embedder")
 """Config groups whose options have a name: their other keys differ between names by design."""
-OPTIONAL_COLUMNS = ("env", "scenario")
+SNAPSHOT_COLUMNS = ("view", "snapshot_position")
+"""Set on the episodes of snapshot evaluations (python -m harness.evaluate); null on learning runs."""
+OPTIONAL_COLUMNS = ("env", "scenario", *SNAPSHOT_COLUMNS)
 """Grouping columns shown only when they vary."""
 
 
