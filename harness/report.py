@@ -278,16 +278,16 @@ def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
         table = comparisons.table.select(
             "group", "reference", "pairs", "seeds", "reference_rate", "rate", "difference", "ci_low",
             "ci_high", "gained", "lost", "p_value", "p_holm", "resolved")
-    planning = ["Planning (McNemar, 80% power, 5% two-sided, from the observed discordance): " + plan
-                for plan in comparisons.plans]
     return Section(
         f"Paired differences against {reference}",
         "Each group against the reference on the same tasks in the same order (episodes paired on seed, "
         "order seed and stream position, after checking they hold the same task). Difference in success "
         "with a 95% paired bootstrap CI (tasks resampled within each seed and order); `gained` / `lost`: "
         "tasks only the group / only the reference solved; exact McNemar p-value, Holm-adjusted across "
-        "the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0.",
-        table, [*comparisons.notes, *planning])
+        "the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0. Under the table, for each "
+        "row: the paired episodes a McNemar test needs to resolve a difference of the observed size with "
+        "the observed discordance (80% power, 5% two-sided).",
+        table, [*comparisons.notes, *comparisons.plans])
 
 
 def metrics_section(learning: pl.DataFrame) -> Section:
