@@ -105,8 +105,11 @@ def cluster(local_sweep, tmp_path_factory):
     port = free_port()
     nodes = []
     try:
+        # Its own dashboard port: without the dashboard, `ray start` still binds one, and the
+        # default (8265) may belong to another run on this machine.
         nodes.append(launch_ray_node(tmp_path_factory.mktemp("head"), "--head", f"--port={port}",
-                                     "--include-dashboard=false", "--disable-usage-stats",
+                                     "--include-dashboard=false", f"--dashboard-port={free_port()}",
+                                     "--disable-usage-stats",
                                      f"--temp-dir={tmp_path_factory.mktemp('ray')}"))
         # The second node joins as soon as the head's GCS answers. It shares the head's temp dir,
         # whose logs the head's log monitor already forwards (a second would print them twice).
