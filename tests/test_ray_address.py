@@ -23,6 +23,8 @@ def other_cluster(tmp_path_factory):
     temp = tmp_path_factory.mktemp("ray")
     command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
                "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false", "--block",
+               # Ports of its own: the defaults (8265, 52365) may belong to another run on this machine.
+               f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
                f"--temp-dir={temp}"]
     head = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
