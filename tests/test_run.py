@@ -128,6 +128,16 @@ def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
     assert set(episodes) <= set(calls)  # no episode row without its calls
 
 
+def test_a_sweep_whose_jobs_all_fail_says_so_and_points_at_no_tables(tmp_path):
+    result = harness_cli("-m", "stream.num_tasks=100000,200000", "model=scripted", "embedder=hashing",
+                         "progress=false", "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}",
+                         cwd=ROOT)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "exceeds the" in output
+    assert "2 of 2 jobs failed (see each job's line above)" in output and "nothing to compare" in output
+    assert "harness.report" not in output and "sweep tables in" not in output and "the others'" not in output
+
+
 def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(tmp_path):
     result = harness_cli("-m", "seed=0,1", "stream.num_tasks=8,100000", "model=scripted",
                          "model.scripted.latency_s=0.3", "cache.enabled=false",

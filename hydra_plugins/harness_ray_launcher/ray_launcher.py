@@ -65,7 +65,7 @@ def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
     summary = summarize_dirs(d for d in job_dirs if (d / "episodes").is_dir())
     if not summary.is_empty():
         print(format_summary(summary), flush=True)
-    print(f"sweep tables in {sweep_dir}/<job>/", flush=True)
+        print(f"sweep tables in {sweep_dir}/<job>/", flush=True)
 
 
 class LiveView:
@@ -143,8 +143,9 @@ class RayLauncher(Launcher):
             sys.exit(1)
         failed = sum(r.status == JobStatus.FAILED for r in results)
         if failed:  # said per job above; Hydra's sweeper would add a traceback of the first failure
-            print(f"error: {failed} of {len(results)} jobs failed (see each job's line above); the others' "
-                  f"tables are in {sweep_dir}", file=sys.stderr, flush=True)
+            others = (f"; the others' tables are in {sweep_dir}" if failed < len(results) else "")
+            print(f"error: {failed} of {len(results)} jobs failed (see each job's line above){others}",
+                  file=sys.stderr, flush=True)
             sys.exit(1)
         return results
 
@@ -205,7 +206,9 @@ class RayLauncher(Launcher):
         failed = [r for r in results if r.status == JobStatus.FAILED]
         for result in failed:
             log.error(f"job failed: {' '.join(result.overrides or [])}: {result._return_value}")
-        log.info(f"{len(results)} jobs, {len(results) - len(failed)} completed, {len(failed)} failed; "
-                 f"compare them with: python -m harness.report {sweep_dir}")
+        completed = len(results) - len(failed)
+        advice = (f"compare them with: python -m harness.report {sweep_dir}" if completed
+                  else "nothing to compare (each job's reason is above)")
+        log.info(f"{len(results)} jobs, {completed} completed, {len(failed)} failed; {advice}")
         return results
 
