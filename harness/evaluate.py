@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
 from harness.errors import RunAborted, one_line
 from harness.plan import AgentRunSpec, build_plan, task_pool
 from harness.records import SnapshotRow
+from harness.streams import sample_tasks
 from harness.summary import read_table
 
 VIEWS = ("id", "ood", "replay")
@@ -93,7 +93,8 @@ def ood_env(settings: HarnessConfig, overrides: str) -> Component:
 
 
 def draw(tasks: list[Task], count: int, seed: int) -> list[Task]:
-    return random.Random(seed).sample(tasks, min(count, len(tasks)))
+    """Up to `count` of `tasks`, drawn as a stream draws its own (the same seed, the same tasks)."""
+    return sample_tasks(tasks, min(count, len(tasks)), seed)
 
 
 def plan_evaluation(paths: list[Path], out: Path, views: list[str], snapshots: str, count: int,

@@ -210,12 +210,14 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
     plt.close(fig)
 
 
-def markdown(frame: pl.DataFrame) -> str:
-    def cell(value: object) -> str:
-        if isinstance(value, float):
-            return f"{value:.3g}" if abs(value) >= 1000 or 0 < abs(value) < 0.001 else f"{value:.3f}"
-        return "" if value is None else str(value)
+def cell(value: object) -> str:
+    """A table cell as the report shows it in markdown and HTML alike."""
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) >= 1000 or 0 < abs(value) < 0.001 else f"{value:.3f}"
+    return "" if value is None else str(value)
 
+
+def markdown(frame: pl.DataFrame) -> str:
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "---|" * len(frame.columns)
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]

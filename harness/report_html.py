@@ -34,15 +34,11 @@ def _text(value: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(value))
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) >= 1000 or 0 < abs(value) < 0.001 else f"{value:.3f}"
-    return "" if value is None else html.escape(str(value))
-
-
 def table_html(frame: pl.DataFrame) -> str:
+    from harness.report import cell
+
     head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>"
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in row) + "</tr>"
                    for row in frame.iter_rows())
     return f"<table><tr>{head}</tr>{rows}</table>"
 
