@@ -12,7 +12,7 @@ import abc
 import re
 import string
 import unicodedata
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -103,6 +103,12 @@ class Environment(abc.ABC):
     """A family of tasks behind one protocol. Subclasses are built with `hydra.utils.instantiate`."""
 
     name: str = "env"
+    family_option: ClassVar[str | None] = None
+    """The constructor option that selects task families (countries' `families`), if there is one.
+    Left null in the config, the planner fills it: `default_families` for sequential and isolated
+    streams, `interleaved_families` for interleaved ones, which need several."""
+    default_families: ClassVar[tuple[str, ...]] = ()
+    interleaved_families: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def tasks(self) -> list[Task]:

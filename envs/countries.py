@@ -55,7 +55,12 @@ FAMILIES: dict[str, Family] = {
 
 
 class CountryFacts(Environment):
-    def __init__(self, families: Sequence[str] = ("capital",)) -> None:
+    family_option = "families"
+    default_families = ("capital",)
+    interleaved_families = tuple(FAMILIES)
+
+    def __init__(self, families: Sequence[str] | None = None) -> None:
+        families = self.default_families if families is None else families
         unknown = sorted(set(families) - set(FAMILIES))
         if unknown:
             raise ValueError(f"env.families: unknown {unknown}; choose from {sorted(FAMILIES)}")

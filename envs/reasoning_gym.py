@@ -35,10 +35,15 @@ class ReasoningGymEpisode(SingleTurnEpisode):
 
 
 class ReasoningGym(Environment):
-    def __init__(self, datasets: Sequence[str] = ("leg_counting",), size: int = 200, seed: int = 0,
+    family_option = "datasets"
+    default_families = ("leg_counting",)
+    interleaved_families = ("leg_counting", "basic_arithmetic", "letter_counting", "number_sorting")
+
+    def __init__(self, datasets: Sequence[str] | None = None, size: int = 200, seed: int = 0,
                  options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         import reasoning_gym
 
+        datasets = self.default_families if datasets is None else datasets
         if not datasets:
             raise ValueError("env.datasets: at least one reasoning-gym dataset is needed")
         known = set(reasoning_gym.factory.DATASETS)

@@ -207,8 +207,10 @@ class ModelSettings(EndpointSettings):
 
 class StreamSettings(_Strict):
     scenario: str = Field(min_length=1)
-    num_tasks: int = Field(gt=0)
-    tuning_size: int = Field(ge=0)
+    num_tasks: int | None = Field(gt=0)
+    """None: the whole evaluation pool, at most `harness.plan.DEFAULT_NUM_TASKS`."""
+    tuning_size: int | None = Field(ge=0)
+    """None: a fifth of the pool, at most `harness.plan.DEFAULT_TUNING_SIZE`."""
     order_seeds: list[int] | None = Field(min_length=1)
     probe_every: int = Field(ge=0)
     probe_size: int = Field(gt=0)

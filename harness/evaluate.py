@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from envs.base import Task
 from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
 from harness.errors import RunAborted, one_line
-from harness.plan import AgentRunSpec, build_plan, task_pool
+from harness.plan import AgentRunSpec, build_plan, env_families, resolve_defaults, task_pool
 from harness.records import SnapshotRow
 from harness.streams import sample_tasks
 from harness.summary import read_table
@@ -128,9 +128,9 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
     import polars as pl
 
     table = read_table(run_dir, SnapshotRow.table)
-    _, pool = task_pool(settings.env.instantiable(), settings.stream.tuning_size)
+    _, _, pool = resolve_defaults(settings)
     ood_component = ood_env(settings, ood) if ood and "ood" in views else None
-    ood_cfg = ood_component.instantiable() if ood_component else None
+    ood_cfg = env_families(ood_component, settings.stream.scenario).instantiable() if ood_component else None
     ood_pool = task_pool(ood_cfg, 0)[1] if ood_cfg else []
     specs = []
     for source in build_plan(settings, run_dir):

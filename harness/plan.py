@@ -8,11 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import Environment, Task
-from harness.config import BudgetSettings, CacheSettings, ConfigError, HarnessConfig, endpoint_key
+from harness.config import (
+    BudgetSettings,
+    CacheSettings,
+    Component,
+    ConfigError,
+    HarnessConfig,
+    endpoint_key,
+)
 from harness.snapshots import find_snapshot
 from harness.streams import order_tasks, sample_tasks
 
@@ -143,9 +150,18 @@ def build_environment(env_cfg: dict[str, Any]) -> Environment:
     return instantiate_component(env_cfg, "env", Environment)
 
 
-def split_tuning(pool: list[Task], size: int) -> tuple[list[Task], list[Task]]:
-    """Hold out about `size` tasks for tuning. The split hashes the question text only, so every seed
-    and variant of a sweep draws from the same evaluation pool, and repeated questions stay together."""
+DEFAULT_NUM_TASKS = 50
+"""Stream length when `stream.num_tasks` is null (smaller pools are run whole)."""
+DEFAULT_TUNING_SIZE = 20
+"""Held-out tuning tasks when `stream.tuning_size` is null (at most a fifth of the pool)."""
+
+
+def split_tuning(pool: list[Task], size: int | None) -> tuple[list[Task], list[Task]]:
+    """Hold out about `size` tasks for tuning (None: a fifth of the pool, at most DEFAULT_TUNING_SIZE).
+    The split hashes the question text only, so every seed and variant of a sweep draws from the same
+    evaluation pool, and repeated questions stay together."""
+    if size is None:
+        size = min(DEFAULT_TUNING_SIZE, len({t.question for t in pool}) // 5)
     if size == 0:
         return [], pool
     if size >= len(pool):
@@ -169,7 +185,34 @@ def check_disjoint(tuning: list[Task], evaluation: list[Task]) -> None:
                           f"({len(shared)} shared, e.g. {example[:80]!r})")
 
 
-def task_pool(env_cfg: dict[str, Any], tuning_size: int) -> tuple[list[Task], list[Task]]:
+def env_families(env: Component, scenario: str) -> Component:
+    """`env` with its family option filled when left null: the env's defaults for this scenario."""
+    try:
+        env_class = get_class(env.target)
+    except Exception:  # instantiating it says what is wrong, in one line
+        return env
+    option = getattr(env_class, "family_option", None)
+    if option is None or env.kwargs().get(option) is not None:
+        return env
+    families = env_class.interleaved_families if scenario == "interleaved" else env_class.default_families
+    return Component.model_validate({"name": env.name, "_target_": env.target, **env.kwargs(),
+                                     option: list(families)})
+
+
+def resolve_defaults(settings: HarnessConfig) -> tuple[HarnessConfig, list[Task], list[Task]]:
+    """The settings with every null that depends on the env filled (its families, the tuning split's
+    size, the stream's length), with the tuning split and the evaluation pool they give."""
+    stream = settings.stream
+    env = env_families(settings.env, stream.scenario)
+    tuning, pool = task_pool(env.instantiable(), stream.tuning_size)
+    num_tasks = stream.num_tasks if stream.num_tasks is not None else min(DEFAULT_NUM_TASKS, len(pool))
+    tuning_size = stream.tuning_size if stream.tuning_size is not None else len(
+        {t.question for t in tuning})
+    resolved = stream.model_copy(update={"num_tasks": num_tasks, "tuning_size": tuning_size})
+    return settings.model_copy(update={"env": env, "stream": resolved}), tuning, pool
+
+
+def task_pool(env_cfg: dict[str, Any], tuning_size: int | None) -> tuple[list[Task], list[Task]]:
     """The env's tuning split and the evaluation pool every stream samples from."""
     env = build_environment(env_cfg)
     pool = env.tasks()
@@ -181,17 +224,19 @@ def task_pool(env_cfg: dict[str, Any], tuning_size: int) -> tuple[list[Task], li
 
 
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
+    settings, tuning, pool = resolve_defaults(settings)
     stream = settings.stream
     env_cfg = settings.env.instantiable()
-    tuning, pool = task_pool(env_cfg, stream.tuning_size)
     wanted = stream.num_tasks
+    assert wanted is not None
     if wanted > len(pool):
         held = f" after the {len(tuning)} held out for tuning" if tuning else ""
         raise ConfigError(f"invalid config: stream.num_tasks: {wanted} exceeds the {len(pool)} tasks "
                           f"env {settings.env.name!r} has{held}")
-    if stream.scenario == "interleaved" and len({t.family for t in pool}) < 2:
-        raise ConfigError("invalid config: stream.scenario: interleaved needs an env with several task "
-                          "families (e.g. env.families=[capital,region,demonym])")
+    families = sorted({t.family for t in pool})
+    if stream.scenario == "interleaved" and len(families) < 2:
+        raise ConfigError(f"invalid config: stream.scenario: interleaved needs several task families; env "
+                          f"{settings.env.name!r} has one here ({families[0]})")
     if stream.probe_every and stream.probe_size > wanted:
         raise ConfigError(f"invalid config: stream.probe_size: {stream.probe_size} exceeds the stream's "
                           f"{wanted} tasks")

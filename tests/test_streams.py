@@ -44,10 +44,16 @@ def test_interleaved_deals_families_round_robin_and_sequential_keeps_them_in_blo
     assert changes == 2
 
 
-def test_interleaved_needs_several_families(tmp_path):
-    with pytest.raises(ConfigError, match="interleaved needs an env with several task families"):
-        plan(tmp_path, "stream=interleaved")
-    plan(tmp_path, "stream=interleaved", "env.families=[capital,region]")
+def test_an_interleaved_stream_takes_all_the_envs_families_unless_told_otherwise(tmp_path):
+    spec = plan(tmp_path, "stream=interleaved", "stream.num_tasks=10")[0]
+    assert spec.env_cfg["families"] == ["capital", "region", "demonym", "currency_code", "calling_code"]
+    assert [t.family for t in spec.tasks[:5]] != [spec.tasks[0].family] * 5
+    assert plan(tmp_path, "stream=sequential")[0].env_cfg["families"] == ["capital"]
+    chosen = plan(tmp_path, "stream=interleaved", "env.families=[capital,region]")[0]
+    assert {t.family for t in chosen.tasks} == {"capital", "region"}
+    with pytest.raises(ConfigError, match="interleaved needs several task families; env 'countries' has "
+                                          "one here \\(capital\\)"):
+        plan(tmp_path, "stream=interleaved", "env.families=[capital]")
 
 
 def test_sequential_carries_memory_and_isolated_starts_every_task_fresh():
