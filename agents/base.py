@@ -10,6 +10,7 @@ every call they make carries a purpose, so self-improvement is never billed as a
 from __future__ import annotations
 
 import abc
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,11 +18,14 @@ from pydantic import BaseModel, ConfigDict
 
 from agents.judge import Judge
 from envs.base import EnvEpisode, TaskView
-from harness.model_client import Message, ModelClient
+from envs.tool_calls import ToolCall, ToolResult, describe_tools, parse_text_call
+from harness.model_client import Completion, Message, ModelClient
 
 if TYPE_CHECKING:
     from agents.memory_store import EpisodicMemory
 
+OwnTool = tuple[dict[str, Any], Callable[[ToolCall], Awaitable[ToolResult]]]
+"""A tool an agent offers itself: its function spec and the coroutine that answers a call."""
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 RewardSource = Literal["truth", "judge"]
 
@@ -215,26 +219,73 @@ class Agent(abc.ABC):
             examples = self.memory.example_turns()
         return [{"role": "system", "content": system}, *examples, {"role": "user", "content": observation}]
 
+    def own_tools(self) -> dict[str, OwnTool]:
+        """Tools the agent itself offers besides the environment's, by name: a spec and the coroutine
+        that answers a call (a learnt tool, say). Offered only in environments with tools."""
+        return {}
+
     async def act(self, episode: EnvEpisode, messages: list[Message], **params: Any) -> Attempt:
         """The plain acting loop: send, step the environment with the reply, repeat until done.
         In multi-step environments the prompt keeps the first messages and the last
-        `history_window` exchanges, and every step is recorded for the steps table."""
+        `history_window` turns, and every action is recorded for the steps table. Where the episode
+        offers tools they go to the model natively (`tools`) when it has function calling, else
+        described in the system prompt with the JSON-in-text protocol (envs/tool_calls.py); each
+        call is an action, and the first plain-text reply ends the episode."""
         output: str | None = None
         steps = 0
-        opening, exchanges = messages, []
+        own = self.own_tools() if episode.tools is not None else {}
+        offered = [*(episode.tools or []), *(spec for spec, _ in own.values())]
+        native = bool(offered) and self.llm.function_calling
+        opening = messages
+        if offered and not native:
+            opening = [{**messages[0], "content": f"{messages[0]['content']}\n\n{describe_tools(offered)}"},
+                       *messages[1:]]
+        turns: list[list[Message]] = []
         while not episode.done and steps < self.max_steps:
-            window = exchanges[-2 * self.history_window:] if self.history_window else []
-            completion = await self.llm.complete([*opening, *window], purpose="act", **params)
+            window = [m for turn in turns[-self.history_window:] for m in turn] if self.history_window else []
+            completion = await self.llm.complete([*opening, *window], purpose="act", **params,
+                                                 **({"tools": offered} if native else {}))
             output = completion.text
-            result = episode.step(output)
-            steps += 1
-            exchanges += [{"role": "assistant", "content": output},
-                          {"role": "user", "content": result.observation}]
-            if episode.multi_step:
-                self._steps.append({
-                    "attempt": self.attempt, "step": steps, "action": output,
-                    "observation": result.observation[:1000], "observation_chars": len(result.observation),
-                    "reward": result.reward, "done": result.done,
-                    "prompt_tokens": completion.usage.prompt_tokens,
-                    "completion_tokens": completion.usage.completion_tokens})
+            text_call = parse_text_call(output) if offered and not native else None
+            calls = completion.tool_calls if native else [text_call] if text_call else []
+            if not calls:
+                result = episode.step(output)
+                steps += 1
+                turns.append([{"role": "assistant", "content": output},
+                              {"role": "user", "content": result.observation}])
+                self._record_step(episode, completion, steps, output, result.observation, result.reward,
+                                  first=True)
+                continue
+            results: list[ToolResult] = []
+            for call in calls:
+                if episode.done:  # the env's action limit, reached within one reply's calls
+                    break
+                handler = own.get(call.name)
+                results.append(await handler[1](call) if handler else episode.call_tool(call))
+                steps += 1
+                self._record_step(episode, completion, steps, call.render(), results[-1].content, 0.0,
+                                  first=len(results) == 1, result=results[-1])
+            if native:
+                turns.append([{"role": "assistant", "content": output or None,
+                               "tool_calls": [r.call.message() for r in results]},
+                              *({"role": "tool", "tool_call_id": r.call.id, "content": r.content}
+                                for r in results)])
+            else:
+                turns.append([{"role": "assistant", "content": output},
+                              {"role": "user",
+                               "content": f"Result of {calls[0].name}: {results[0].content}"}])
         return Attempt(final_output=output, steps=steps)
+
+    def _record_step(self, episode: EnvEpisode, completion: Completion, step: int, action: str,
+                     observation: str, reward: float, first: bool, result: ToolResult | None = None) -> None:
+        """A row of the steps table; a reply's tokens go on its first action only, so they add up."""
+        if not episode.multi_step:
+            return
+        self._steps.append({
+            "attempt": self.attempt, "step": step, "action": action, "observation": observation[:1000],
+            "observation_chars": len(observation), "reward": reward, "done": episode.done,
+            "prompt_tokens": completion.usage.prompt_tokens if first else 0,
+            "completion_tokens": completion.usage.completion_tokens if first else 0,
+            "call_id": completion.call_id, "tool": result.call.name if result else None,
+            "arguments": result.call.arguments if result else None,
+            "tool_error": result.error if result else None})

@@ -12,9 +12,12 @@ import abc
 import re
 import string
 import unicodedata
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from envs.tool_calls import ToolCall, ToolResult
 
 
 class Task(BaseModel):
@@ -89,7 +92,17 @@ class EnvEpisode(abc.ABC):
 
     @abc.abstractmethod
     def step(self, action: str) -> StepResult:
-        """Apply the agent's action (a single-turn task's answer is its only action)."""
+        """Apply the agent's action (a single-turn task's answer is its only action); in an
+        environment with tools, the final plain-text reply."""
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """Function specs (OpenAI format) of the tools this episode offers; None: no tools."""
+        return None
+
+    def call_tool(self, call: ToolCall) -> ToolResult:
+        """Run one tool call; a malformed one comes back as a result with its error kind."""
+        raise NotImplementedError(f"episode of task {self._task.task_id} offers no tools")
 
     @abc.abstractmethod
     def score(self) -> Score:

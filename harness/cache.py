@@ -18,12 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from envs.tool_calls import ToolCall
 from harness.config import EndpointSettings, ModelSettings
 from harness.model_client import CallRequest
 
 
 class CachedAnswer(BaseModel):
     text: str | None = None
+    tool_calls: list[ToolCall] = []
     vectors: list[list[float]] | None = None
     prompt_tokens: int
     completion_tokens: int

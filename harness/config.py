@@ -162,6 +162,8 @@ class ModelSettings(EndpointSettings):
 
     params: CompletionParams
     """Sent with every call; agents may override some per call (a retry's temperature, a seed)."""
+    function_calling: bool | None
+    """Native tool calls (litellm `tools`); false: the JSON-in-text protocol; None: litellm's map."""
     local_server: LocalServer | None = None
     scripted: Scripted | None = None
 

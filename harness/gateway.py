@@ -21,6 +21,7 @@ from typing import Any
 import litellm
 from litellm import CustomLLM
 
+from envs.tool_calls import ToolCall
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
 from harness.config import (
     CacheSettings,
@@ -150,13 +151,19 @@ class Gateway:
             queued_s = clock - queued + paced_s
         answer = NO_ANSWER
         if response is not None:
-            text, vectors = None, None
+            text, vectors, tool_calls = None, None, []
             if request.kind == "embed":
                 vectors = [item["embedding"] for item in response.data]
             else:
-                text = response.choices[0].message.content or ""
-            prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text)
-            answer = CachedAnswer(text=text, vectors=vectors, prompt_tokens=prompt_tokens,
+                message = response.choices[0].message
+                text = message.content or ""
+                tool_calls = [ToolCall(id=c.id or ToolCall.new("", "").id, name=c.function.name or "",
+                                       arguments=c.function.arguments or "")
+                               for c in getattr(message, "tool_calls", None) or []]
+            prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text,
+                                                                    tool_calls)
+            answer = CachedAnswer(text=text, tool_calls=tool_calls, vectors=vectors,
+                                  prompt_tokens=prompt_tokens,
                                   completion_tokens=completion_tokens, usage_source=usage_source,
                                   cost_usd=self._cost(settings, response, prompt_tokens, completion_tokens))
             if cache is not None and cache_key is not None:
@@ -187,7 +194,8 @@ class Gateway:
             usage_source=answer.usage_source, cost_usd=cost, latency_s=latency_s, queued_s=queued_s,
             retries=retries, cached=cached, error=error, run_in_flight=request.run_in_flight,
             started_at=started_at)
-        return CallResult(text=answer.text, vectors=answer.vectors, record=record)
+        return CallResult(text=answer.text, tool_calls=answer.tool_calls, vectors=answer.vectors,
+                          record=record)
 
     def _send(self, key: str, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:
         self.provider_calls += 1
@@ -237,7 +245,8 @@ class Gateway:
             return None
 
 
-def _usage(model: str, request: CallRequest, response: Any, text: str | None) -> tuple[int, int, str]:
+def _usage(model: str, request: CallRequest, response: Any, text: str | None,
+           tool_calls: list[ToolCall] | None = None) -> tuple[int, int, str]:
     usage = getattr(response, "usage", None)
     prompt = getattr(usage, "prompt_tokens", None) or 0
     completion = getattr(usage, "completion_tokens", None) or 0
@@ -245,8 +254,10 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None) ->
         return prompt, completion, "provider"
     if request.kind == "embed":
         return litellm.token_counter(model=model, text=request.texts), 0, "counted"
-    counted_prompt = litellm.token_counter(model=model, messages=request.messages)
-    counted_completion = litellm.token_counter(model=model, text=text or "", count_response_tokens=True)
+    counted_prompt = litellm.token_counter(model=model, messages=request.messages,
+                                           tools=request.params.get("tools"))
+    said = (text or "") + "".join(c.name + c.arguments for c in tool_calls or [])
+    counted_completion = litellm.token_counter(model=model, text=said, count_response_tokens=True)
     return counted_prompt, counted_completion, "counted"
 
 

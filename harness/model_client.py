@@ -15,11 +15,13 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from envs.tool_calls import ToolCall
 from harness.budget import RunLedger
 from harness.config import BudgetSettings, CacheSettings
 from harness.records import LLMCall, Purpose, TranscriptRow, Usage
 
-Message = dict[str, str]
+Message = dict[str, Any]
+"""A chat message: role and content, and for function calling `tool_calls` / `tool_call_id`."""
 BUDGET_EXHAUSTED = "BudgetExhausted"
 """Prefix of the error of a call the gateway refused because the run's budget was spent."""
 
@@ -53,6 +55,8 @@ class CallResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     text: str | None = None
+    tool_calls: list[ToolCall] = []
+    """Function calls of the reply (a request that offered `tools`)."""
     vectors: list[list[float]] | None = None
     record: LLMCall
     fatal: bool = False
@@ -65,6 +69,7 @@ class Completion(BaseModel):
     text: str
     usage: Usage
     call_id: str
+    tool_calls: list[ToolCall] = []
 
 
 class ModelCallError(RuntimeError):
@@ -98,6 +103,9 @@ class GatewayLink(Protocol):
 class ModelClient(Protocol):
     """The only way agents reach a model."""
 
+    function_calling: bool
+    """The model takes `tools` and answers with `tool_calls` (else tools go through the text protocol)."""
+
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion: ...
 
@@ -109,8 +117,9 @@ class AgentModelClient:
                  default_params: dict[str, Any] | None = None, embedder: str | None = None,
                  model_endpoint: str | None = None, embedder_endpoint: str | None = None,
                  budget: BudgetSettings | None = None, cache: CacheSettings | None = None,
-                 transcripts: bool = False) -> None:
+                 transcripts: bool = False, function_calling: bool = False) -> None:
         self.gateway = gateway
+        self.function_calling = function_calling
         self.ledger = RunLedger(budget)
         """The run's one tally: every call is admitted against it before it is sent."""
         self.cache = cache
@@ -156,7 +165,8 @@ class AgentModelClient:
                               params={**self.default_params, **params})
         result = await self._call(request)
         assert result.text is not None
-        return Completion(text=result.text, usage=result.record.usage, call_id=result.record.call_id)
+        return Completion(text=result.text, usage=result.record.usage, call_id=result.record.call_id,
+                          tool_calls=result.tool_calls)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if self.embedder is None:
@@ -202,7 +212,9 @@ class AgentModelClient:
         record = result.record
         return TranscriptRow(call_id=record.call_id, run_id=record.run_id, episode_id=record.episode_id,
                              task_id=record.task_id, attempt=record.attempt, purpose=record.purpose,
-                             messages=json.dumps(said, ensure_ascii=False), reply=result.text)
+                             messages=json.dumps(said, ensure_ascii=False), reply=result.text,
+                             tool_calls=json.dumps([c.model_dump() for c in result.tool_calls])
+                             if result.tool_calls else None)
 
 
 def _unsent(request: CallRequest, error: str, in_flight: int) -> LLMCall:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
@@ -152,6 +152,9 @@ class TranscriptRow(Record):
     embedding call the list of texts embedded."""
     reply: str | None
     """The model's reply text exactly as returned; null for embeddings and for failed or refused calls."""
+    tool_calls: str | None = None
+    """The reply's native function calls as JSON (`[{"id", "name", "arguments"}, ...]`); null when
+    it made none."""
 
 
 class Episode(Record):
@@ -279,7 +282,8 @@ class AttemptRow(Record):
 
 
 class StepRow(Record):
-    """One action in a multi-step environment (TextWorld): what the agent did and what it saw."""
+    """One action in a multi-step environment: a command (TextWorld, ScienceWorld), a tool call or
+    the final reply (env=tools): what the agent did and what it saw."""
 
     table: ClassVar[str] = "steps"
 
@@ -296,7 +300,7 @@ class StepRow(Record):
     step: int
     """1-based action number within the attempt."""
     action: str
-    """The model's reply, sent to the environment as the action."""
+    """The model's reply, sent to the environment as the action; for a tool call, `name(arguments)`."""
     observation: str
     """What the environment answered (first 1,000 characters)."""
     observation_chars: int
@@ -308,7 +312,17 @@ class StepRow(Record):
     prompt_tokens: int
     """Prompt tokens of the act call that chose this action."""
     completion_tokens: int
-    """Completion tokens of that call; over an episode, steps add up to its act tokens."""
+    """Completion tokens of that call; over an episode, steps add up to its act tokens (a reply
+    with several tool calls is one call: its tokens are on the first of its steps, 0 on the rest)."""
+    call_id: str | None = None
+    """The act call that chose this action (see llm_calls.call_id)."""
+    tool: str | None = None
+    """The tool called; null for a command or a final reply."""
+    arguments: str | None = None
+    """The call's arguments as the model wrote them (JSON text, possibly malformed)."""
+    tool_error: str | None = None
+    """Why the call failed, or null: unknown_tool, invalid_json, bad_arguments (missing, extra or
+    mistyped), tool_error (the tool refused, e.g. no such account)."""
 
 
 class MemoryEventRow(Record):

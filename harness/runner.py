@@ -134,7 +134,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder, model_endpoint=spec.model_endpoint,
                            embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
-                           transcripts=spec.transcripts)
+                           transcripts=spec.transcripts, function_calling=spec.function_calling)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     episodes = EpisodeRunner(spec, env, llm, sink)
     agent = await start_agent(spec, llm)

@@ -8,6 +8,10 @@ name marks every row as scripted. Its policy:
   right with probability `accuracy`, decided by a hash of the question (the same question always
   gets the same verdict, like greedy decoding of a real model; with temperature > 0 the hash also
   takes the request's `seed`, so resampling can change the verdict);
+- a tool-use task (its reference answer is a solution of calls, as env=tools writes it) is solved
+  by replaying the calls one per reply, then the reply, when the verdict is right (it answers
+  WRONG_ANSWER at once otherwise); the calls are native `tool_calls` when the request offers
+  `tools`, else JSON in the text (envs/tool_calls.py), so both protocols are testable offline;
 - a yes/no grading request (it asks for "YES or NO") is answered YES: a maximally lenient
   self-judge, the case in which self-graded rewards inflate;
 - anything else gets a deterministic filler reply;
@@ -19,14 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections import Counter
 from typing import Any
 
 import litellm
 from litellm import CustomLLM
-from litellm.types.utils import ModelResponse
+from litellm.types.utils import ChatCompletionMessageToolCall, Function, ModelResponse
 
 from envs.base import normalize
+from envs.tool_calls import ToolCall, text_call
 
 WRONG_ANSWER = "I am not sure."
 
@@ -48,24 +54,43 @@ class ScriptedLLM(CustomLLM):
         self._tries: Counter[str] = Counter()
 
     def reply(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None) -> str:
-        last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        text, calls = self.respond(messages, params)
+        return text if not calls else ""
+
+    def respond(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None
+                ) -> tuple[str, list[ToolCall]]:
+        """The reply's text and its native tool calls."""
+        params = params or {}
+        user_turns = [str(m.get("content") or "") for m in messages if m["role"] == "user"]
+        last_user = user_turns[-1] if user_turns else ""
         if "YES or NO" in last_user:
-            return "YES"
-        question = self._known_question(last_user)
+            return "YES", []
+        position, question = next(((i, q) for i, m in reversed(list(enumerate(messages)))
+                                   if m["role"] == "user"
+                                   and (q := self._known_question(str(m.get("content") or ""))) is not None),
+                                  (0, None))
         if question is None:
-            return f"Scripted reply {_unit_hash(last_user):.6f}."
+            return f"Scripted reply {_unit_hash(last_user):.6f}.", []
         answer = self.answer_key[question]
         # Everything in the prompt but the question itself (which may name the answer, as
         # "Djibouti" does for its capital) counts as an example the model can learn from.
-        context = normalize(" ".join(str(m["content"]) for m in messages).replace(question, " "))
+        context = normalize(" ".join(str(m.get("content") or "") for m in messages).replace(question, " "))
         seen_in_prompt = f" {normalize(answer)} " in f" {context} "
         # Greedy calls always get the same verdict; sampled calls (temperature > 0) draw a fresh one
         # per provider `seed`, so resampling can change the answer, reproducibly.
-        params = params or {}
         draw = str(params.get("seed")) if float(params.get("temperature") or 0) > 0 else ""
-        if seen_in_prompt or _unit_hash("accuracy", question, draw) < self.accuracy:
-            return answer
-        return WRONG_ANSWER
+        right = seen_in_prompt or _unit_hash("accuracy", question, draw) < self.accuracy
+        solution = _tool_solution(answer)
+        if solution is None:
+            return (answer if right else WRONG_ANSWER), []
+        if not right:
+            return WRONG_ANSWER, []
+        done = sum(m["role"] == "assistant" for m in messages[position + 1:])
+        if done >= len(solution["calls"]):
+            return solution["reply"], []
+        step = solution["calls"][done]
+        call = ToolCall.new(step["tool"], json.dumps(step["arguments"]))
+        return ("", [call]) if params.get("tools") else (text_call(call), [])
 
     def _known_question(self, text: str) -> str | None:
         if text in self.answer_key:
@@ -89,11 +114,19 @@ class ScriptedLLM(CustomLLM):
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         self._maybe_fail(messages, model)
-        text = self.reply(messages, optional_params)
-        prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages)
-        completion_tokens = litellm.token_counter(model="gpt-3.5-turbo", text=text,
+        text, calls = self.respond(messages, optional_params)
+        prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages,
+                                              tools=optional_params.get("tools"))
+        said = text + "".join(c.name + c.arguments for c in calls)
+        completion_tokens = litellm.token_counter(model="gpt-3.5-turbo", text=said,
                                                   count_response_tokens=True)
-        model_response.choices[0].message.content = text  # type: ignore[union-attr]
+        message = model_response.choices[0].message  # type: ignore[union-attr]
+        message.content = text if not calls else None
+        if calls:
+            message.tool_calls = [ChatCompletionMessageToolCall(
+                id=c.id, type="function", function=Function(name=c.name, arguments=c.arguments))
+                for c in calls]
+            model_response.choices[0].finish_reason = "tool_calls"
         model_response.model = model
         model_response.usage = litellm.Usage(prompt_tokens=prompt_tokens,  # type: ignore[attr-defined]
                                              completion_tokens=completion_tokens,
@@ -102,6 +135,14 @@ class ScriptedLLM(CustomLLM):
 
     def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
         raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")
+
+
+def _tool_solution(answer: str) -> dict[str, Any] | None:
+    """The reference solution of a tool-use task (`{"calls": [...], "reply": ...}`), else None."""
+    if not answer.startswith('{"calls"'):
+        return None
+    solution = json.loads(answer)
+    return solution if isinstance(solution, dict) and "calls" in solution else None
 
 
 class ScriptedRouter(CustomLLM):
