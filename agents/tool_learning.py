@@ -5,7 +5,9 @@ toolgen) for a function `tool(question: str) -> str`. The code must parse, defin
 argument, and run to a result on that question inside the sandbox (agents/sandbox/); only then is
 it registered, for this agent run alone, as the tool of that family. On later tasks of the family
 the tool runs in the sandbox first; its result becomes a hint in the prompt (`tool_use=hint`) or
-the submitted answer (`tool_use=answer`). Bad code and sandbox violations are recorded as events,
+the submitted answer (`tool_use=answer`). In an environment with tools of its own (env=tools) the
+learnt tool is instead offered as one more tool, `learnt_tool(question)`, which the model may call
+like the others; the agent runs it in the sandbox. Bad code and sandbox violations are recorded as events,
 never raised; each event records how the code was isolated (`kernel`, or `weak` when
 `variant.sandbox.weak=true`). Building the agent fails, naming that opt-in, where kernel
 isolation is unavailable.
@@ -14,16 +16,18 @@ isolation is unavailable.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.base import Attempt, AttemptResult, Feedback, Trial
+from agents.base import Attempt, AttemptResult, Feedback, OwnTool, Trial
 from agents.baseline import BaselineAgent
 from agents.sandbox import Sandbox
 from envs.base import EnvEpisode, TaskView
+from envs.tool_calls import ToolCall, ToolResult
 
 TOOLGEN_PROMPT = (
     "Write a Python function `tool(question: str) -> str` that returns the answer to questions like "
@@ -31,6 +35,13 @@ TOOLGEN_PROMPT = (
     "Use only the Python standard library, no network and no files. Reply with the code only, in "
     "one ```python block."
 )
+LEARNT_TOOL = "learnt_tool"
+LEARNT_TOOL_SPEC = {"type": "function", "function": {
+    "name": LEARNT_TOOL,
+    "description": "A tool you wrote earlier for tasks like this one: give it the user's request, it "
+                   "returns its answer (it cannot see or change anything else).",
+    "parameters": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"],
+                   "additionalProperties": False}}}
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 
@@ -88,7 +99,7 @@ class ToolLearningAgent(BaselineAgent):
         assert self._task is not None
         tool = self.tools.get(self._task.family)
         system = self.system_prompt
-        if tool is not None:
+        if tool is not None and episode.tools is None:  # with tools of its own, it is one more (own_tools)
             result = await self.sandbox.arun(tool.code, episode.observation)
             self._record("used" if result.ok else "failed", tool, result.value, result.error)
             if result.ok and self.tool_use == "answer":
@@ -97,6 +108,28 @@ class ToolLearningAgent(BaselineAgent):
             if result.ok:
                 system += f"\n\nA tool you wrote for such questions returned: {result.value}"
         return await self.act(episode, self.messages_for(episode.observation, system))
+
+    def own_tools(self) -> dict[str, OwnTool]:
+        tool = self.tools.get(self._task.family) if self._task is not None else None
+        if tool is None:
+            return {}
+
+        async def run(call: ToolCall) -> ToolResult:
+            try:
+                question = json.loads(call.arguments or "{}").get("question")
+            except (json.JSONDecodeError, AttributeError):
+                return ToolResult(call=call, error="invalid_json",
+                                  content=f"error: the arguments of {LEARNT_TOOL} must be a JSON object")
+            if not isinstance(question, str):
+                return ToolResult(call=call, error="bad_arguments",
+                                  content=f"error: {LEARNT_TOOL}: question: a string is required")
+            result = await self.sandbox.arun(tool.code, question)
+            self._record("used" if result.ok else "failed", tool, result.value, result.error)
+            if not result.ok:
+                return ToolResult(call=call, error="tool_error", content=f"error: {result.error}")
+            return ToolResult(call=call, content=json.dumps(result.value))
+
+        return {LEARNT_TOOL: (LEARNT_TOOL_SPEC, run)}
 
     async def learn(self, feedback: Feedback) -> None:
         await super().learn(feedback)
