@@ -41,8 +41,9 @@ def request_key(settings: EndpointSettings, request: CallRequest) -> str:
     identity: dict[str, Any] = {"model": settings.name, "kind": request.kind, "messages": request.messages,
                                 "texts": request.texts, "params": request.params}
     if isinstance(settings, ModelSettings):
-        if settings.scripted is not None:
+        if settings.scripted is not None:  # its rules may answer by purpose
             identity["scripted"] = settings.scripted.model_dump()
+            identity["purpose"] = request.purpose
         if settings.serves_locally and settings.local_server is not None:
             identity["weights"] = [settings.local_server.package, settings.local_server.file]
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()

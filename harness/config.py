@@ -77,6 +77,16 @@ class LocalServer(_Strict):
     price: Price
 
 
+class ScriptedRule(_Strict):
+    """A fixed reply of the scripted model: to calls of `purpose` (any, if null) whose prompt
+    contains `contains` (any, if null). Tests steer one purpose with it (a poisoned skill, a safety
+    verdict) while the others keep the default policy."""
+
+    purpose: str | None = None
+    contains: str | None = None
+    reply: str
+
+
 class Scripted(_Strict):
     """The deterministic test model (`scripted/...`)."""
 
@@ -84,6 +94,8 @@ class Scripted(_Strict):
     latency_s: float = Field(ge=0)
     fail_rate: float = Field(ge=0, le=1)
     fail_attempts: int = Field(ge=0)
+    rules: list[ScriptedRule] = []
+    """Checked in order before the default policy; the first that matches gives the reply."""
 
 
 def _stop_words(value: Any) -> Any:

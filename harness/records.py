@@ -19,7 +19,8 @@ SCHEMA_VERSION = "4"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
-Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed"]
+Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed", "critique", "curate",
+                  "propose", "validate", "safety"]
 UsageSource = Literal["provider", "counted"]
 
 
@@ -81,7 +82,9 @@ class LLMCall(Record):
     attempt: int
     """Attempt number within the episode (1-based)."""
     purpose: Purpose
-    """Why the call was made: act (solving the task) or one kind of self-improvement overhead."""
+    """Why the call was made: act (solving the task) or one kind of self-improvement overhead:
+    reflect, distill, optimize, judge, toolgen, embed, critique (self-refine), curate (playbook),
+    propose (skills), validate (gate probes), safety (safety checks)."""
     model: str
     """litellm model string; `scripted/...` marks the deterministic test model."""
     prompt_tokens: int
@@ -415,6 +418,141 @@ class ToolEventRow(Record):
     subprocess with rlimits and an audit hook, only with `variant.sandbox.weak=true`)."""
 
 
+class PlaybookEventRow(Record):
+    """One change to a playbook agent's bullets (ACE-style evolving context), or their use."""
+
+    table: ClassVar[str] = "playbook_events"
+
+    run_id: str
+    """Agent run whose playbook it is."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
+    task_id: str
+    """Task after (or for) which it happened."""
+    stream_position: int
+    """Position of that task."""
+    event: Literal["add", "edit", "remove", "merge", "prune", "used", "rejected"]
+    """add: a new bullet; edit: a bullet's text replaced; remove: dropped by the curator; merge: a
+    near-duplicate folded into an existing bullet (its counters, not a second copy); prune: dropped as
+    the least useful when over the token cap; used: cited by the agent on a task (counters updated);
+    rejected: a delta the gate or the safety check refused."""
+    bullet_id: str
+    """Id of the bullet (`b<number>`, stable for the run)."""
+    section: str
+    """strategies, pitfalls or formats."""
+    text: str
+    """The bullet's text after the event (for remove and prune: what was dropped)."""
+    helpful: int
+    """Times the bullet was used on a rewarded attempt, after the event."""
+    harmful: int
+    """Times it was used on an unrewarded attempt, after the event."""
+    similarity: float | None
+    """For a merge: cosine similarity of the proposed text to the bullet it was merged into."""
+
+
+class SkillEventRow(Record):
+    """One step of a skills agent's library: a proposal, its probe result and the decision; a
+    retrieval; an eviction."""
+
+    table: ClassVar[str] = "skill_events"
+
+    run_id: str
+    """Agent run whose library it is."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
+    task_id: str
+    """Task after (or for) which it happened."""
+    stream_position: int
+    """Position of that task."""
+    event: Literal["proposed", "admitted", "rejected", "retrieved", "evicted"]
+    """proposed: a candidate written by comparing trajectories; admitted / rejected: the gate's
+    decision on it; retrieved: put into the prompt for a task; evicted: dropped to keep the library
+    within max_skills."""
+    skill_id: str
+    """Id of the skill."""
+    family: str | None
+    """Task family the skill was proposed from."""
+    text: str
+    """The skill's text."""
+    probe_tasks: int | None
+    """Held-out probe items the candidate was validated on (tuning split, never the stream)."""
+    incumbent_correct: int | None
+    """Probe items the library without the candidate got right."""
+    candidate_correct: int | None
+    """Probe items the library with the candidate got right."""
+    regressions: int | None
+    """Probe items the incumbent got right and the candidate wrong (at most regression_budget)."""
+    reason: str | None
+    """Why it was rejected (or what the gate saw)."""
+    similarity: float | None
+    """For a retrieval: cosine similarity of the skill to the task."""
+
+
+class GateEventRow(Record):
+    """A self-edit put to the sealed gate (`variant.gate=sealed`): the audit on held-out probe items
+    the agent never sees, and the decision; the agent is told only accepted or rejected."""
+
+    table: ClassVar[str] = "gate_events"
+
+    run_id: str
+    """Agent run that proposed the edit."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
+    task_id: str
+    """Task after which the edit was proposed."""
+    stream_position: int
+    """Position of that task."""
+    kind: Literal["lesson", "bullet", "skill", "tool", "prompt"]
+    """What the edit changes: a memory lesson, playbook bullets, a skill, a learnt tool, the prompt."""
+    edit_id: str
+    """Id of the edit (the memory item, delta, skill or tool)."""
+    text: str
+    """The edit as proposed (first 2,000 characters)."""
+    probe_tasks: int
+    """Probe items audited (from the tuning split)."""
+    incumbent_correct: int
+    """Probe items the incumbent state got right."""
+    candidate_correct: int
+    """Probe items the state with the edit got right."""
+    regressions: int
+    """Probe items the incumbent got right and the candidate wrong."""
+    accepted: bool
+    """The decision: net improvement (or no change, with `accept_ties`) within the regression budget."""
+
+
+class SafetyEventRow(Record):
+    """A safety check of something an agent wrote (a lesson, bullet, skill or tool), when it was
+    written or when it was retrieved for a task (`variant.safety`)."""
+
+    table: ClassVar[str] = "safety_events"
+
+    run_id: str
+    """Agent run whose item it is."""
+    episode_id: str
+    """Episode it belongs to (see episodes.episode_id)."""
+    task_id: str
+    """Task during (or after) which the check ran."""
+    stream_position: int
+    """Position of that task."""
+    stage: Literal["write", "retrieve"]
+    """write: before the item is stored; retrieve: before it goes into a prompt."""
+    kind: Literal["lesson", "bullet", "skill", "tool"]
+    """What was checked."""
+    item_id: str
+    """Id of the item checked."""
+    text: str
+    """The item's text (first 1,000 characters)."""
+    verdict: Literal["safe", "unsafe", "unclear"]
+    """The checker's reading of its reply (unclear: it said neither; counted as unsafe by block)."""
+    decision: Literal["allowed", "blocked", "flagged"]
+    """allowed: safe; blocked: not stored / not put into the prompt (policy block); flagged: kept,
+    and marked here (policy flag)."""
+    policy: Literal["block", "flag"]
+    """The configured policy."""
+    reason: str | None
+    """The checker's reply, first 300 characters."""
+
+
 class SnapshotRow(Record):
     """An immutable copy of everything an agent run had learnt at one point of its stream: its
     memory items (with their vectors), its system prompt and its tools, in `path`."""
@@ -480,7 +618,7 @@ class RunRow(Record):
 
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
     Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, TranscriptRow, MemoryEventRow, PromptRow,
-    ToolEventRow, SnapshotRow, RunRow)}
+    ToolEventRow, PlaybookEventRow, SkillEventRow, GateEventRow, SafetyEventRow, SnapshotRow, RunRow)}
 
 
 class AgentRunInfo(BaseModel):

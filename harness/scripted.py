@@ -12,6 +12,8 @@ name marks every row as scripted. Its policy:
   by replaying the calls one per reply, then the reply, when the verdict is right (it answers
   WRONG_ANSWER at once otherwise); the calls are native `tool_calls` when the request offers
   `tools`, else JSON in the text (envs/tool_calls.py), so both protocols are testable offline;
+- a call that matches one of its `rules` (by purpose, which the gateway passes along for scripted
+  models only, and by a text the prompt contains) gets that rule's fixed reply, before anything else;
 - a yes/no grading request (it asks for "YES or NO") is answered YES: a maximally lenient
   self-judge, the case in which self-graded rewards inflate;
 - anything else gets a deterministic filler reply;
@@ -44,8 +46,10 @@ def _unit_hash(*parts: str) -> float:
 
 class ScriptedLLM(CustomLLM):
     def __init__(self, accuracy: float, latency_s: float = 0.0, fail_rate: float = 0.0,
-                 fail_attempts: int = 1_000_000, answer_key: dict[str, str] | None = None) -> None:
+                 fail_attempts: int = 1_000_000, answer_key: dict[str, str] | None = None,
+                 rules: list[Any] | None = None) -> None:
         super().__init__()
+        self.rules = list(rules or [])
         self.accuracy = accuracy
         self.latency_s = latency_s
         self.fail_rate = fail_rate
@@ -53,14 +57,19 @@ class ScriptedLLM(CustomLLM):
         self.answer_key = dict(answer_key or {})
         self._tries: Counter[str] = Counter()
 
-    def reply(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None) -> str:
-        text, calls = self.respond(messages, params)
+    def reply(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None,
+              purpose: str | None = None) -> str:
+        text, calls = self.respond(messages, params, purpose)
         return text if not calls else ""
 
-    def respond(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None
-                ) -> tuple[str, list[ToolCall]]:
+    def respond(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None,
+                purpose: str | None = None) -> tuple[str, list[ToolCall]]:
         """The reply's text and its native tool calls."""
         params = params or {}
+        prompt = "\n".join(str(m.get("content") or "") for m in messages)
+        for rule in self.rules:
+            if rule.purpose in (None, purpose) and (rule.contains is None or rule.contains in prompt):
+                return rule.reply, []
         user_turns = [str(m.get("content") or "") for m in messages if m["role"] == "user"]
         last_user = user_turns[-1] if user_turns else ""
         if "YES or NO" in last_user:
@@ -114,7 +123,8 @@ class ScriptedLLM(CustomLLM):
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         self._maybe_fail(messages, model)
-        text, calls = self.respond(messages, optional_params)
+        metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+        text, calls = self.respond(messages, optional_params, metadata.get("purpose"))
         prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages,
                                               tools=optional_params.get("tools"))
         said = text + "".join(c.name + c.arguments for c in calls)
@@ -156,7 +166,8 @@ class ScriptedRouter(CustomLLM):
         short = name.split("/", 1)[1]
         if short not in self.models:
             self.models[short] = ScriptedLLM(accuracy=options.accuracy, latency_s=options.latency_s,
-                                             fail_rate=options.fail_rate, fail_attempts=options.fail_attempts)
+                                             fail_rate=options.fail_rate, fail_attempts=options.fail_attempts,
+                                             rules=options.rules)
         self.models[short].answer_key.update(answer_key)
 
     async def acompletion(self, model: str, *args: Any, **kwargs: Any) -> ModelResponse:
