@@ -23,6 +23,9 @@ from harness.model_client import Completion, Message, ModelClient
 
 if TYPE_CHECKING:
     from agents.memory_store import EpisodicMemory
+    from agents.safety import SafetyChecker
+    from harness.gate import GateKind, Render, SealedGate
+    from harness.records import Purpose
 
 OwnTool = tuple[dict[str, Any], Callable[[ToolCall], Awaitable[ToolResult]]]
 """A tool an agent offers itself: its function spec and the coroutine that answers a call."""
@@ -108,7 +111,9 @@ class Agent(abc.ABC):
     def __init__(self, llm: ModelClient, seed: int = 0, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  max_steps: int = 1, max_attempts: int = 1, reward_source: RewardSource = "truth",
                  judge: dict[str, str] | None = None, memory: dict[str, Any] | None = None,
-                 history_window: int = 4, workdir: str | None = None, run_id: str = "agent") -> None:
+                 history_window: int = 4, workdir: str | None = None, run_id: str = "agent",
+                 gate: Literal["none", "sealed"] = "none", probe_size: int = 10, regression_budget: int = 0,
+                 accept_ties: bool = False, safety: dict[str, Any] | None = None) -> None:
         if max_steps < 1:
             raise ValueError(f"variant.max_steps must be >= 1, got {max_steps}")
         if max_attempts < 1:
@@ -136,6 +141,44 @@ class Agent(abc.ABC):
                                          **memory)
         self.stream_position = 0
         """Position in the stream of the task in progress (set by the runner)."""
+        if gate not in ("none", "sealed"):
+            raise ValueError(f"variant.gate must be none or sealed, got {gate!r}")
+        if probe_size < 1 or regression_budget < 0:
+            raise ValueError("variant.probe_size must be >= 1 and variant.regression_budget >= 0")
+        self.gate_mode = gate
+        self.probe_size = probe_size
+        self.regression_budget = regression_budget
+        self.accept_ties = accept_ties
+        self.gate: SealedGate | None = None
+        """Set by the runner when `gate_mode` is sealed (harness.gate): it audits every self-edit."""
+        if gate == "sealed" and not self.gated_edits():
+            raise ValueError(f"variant.gate=sealed: {type(self).__name__} makes no self-edit the gate can "
+                             "audit (lessons need variant.memory with mode lessons)")
+        self.safety: SafetyChecker | None = None
+        if safety is not None:
+            from agents.safety import SafetyChecker
+
+            self.safety = SafetyChecker(llm, **safety)
+
+    def gated_edits(self) -> tuple[GateKind, ...]:
+        """The kinds of self-edit this agent puts to the gate with variant.gate=sealed."""
+        return ("lesson",) if self.memory is not None and self.memory.mode == "lessons" else ()
+
+    async def admit(self, kind: GateKind, edit_id: str, text: str, incumbent: Render | None = None,
+                    candidate: Render | None = None) -> bool:
+        """Whether a self-edit may take effect: the safety check (when written), then the sealed gate
+        on the incumbent and candidate states' prompts. With neither configured, always."""
+        if self.safety is not None and kind != "prompt" and not await self.safety.check(text, "write", kind,
+                                                                                         edit_id):
+            return False
+        if self.gate is None or incumbent is None or candidate is None:
+            return True
+        return (await self.gate.audit(kind, edit_id, text, incumbent, candidate)).accepted
+
+    async def screen(self, kind: Literal["lesson", "bullet", "skill", "tool"], item_id: str,
+                     text: str) -> bool:
+        """Whether a stored item may go into a prompt (the safety check on retrieval)."""
+        return self.safety is None or await self.safety.check(text, "retrieve", kind, item_id)
 
     async def prepare(self, tuning: TuningSet) -> None:  # noqa: B027 - optional hook, no-op by default
         """Before the first task: tune on held-out tasks (charged to the first task's episode)."""
@@ -143,7 +186,7 @@ class Agent(abc.ABC):
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         """Attempt until rewarded or out of attempts; every attempt is kept."""
         if self.memory is not None:
-            await self.memory.recall(trial.task)
+            await self.memory.recall(trial.task, screen=self.screen if self.safety else None)
         results: list[AttemptResult] = []
         reflection: str | None = None
         while True:
@@ -166,7 +209,21 @@ class Agent(abc.ABC):
     async def learn(self, feedback: Feedback) -> None:
         """Update the agent's own state after a task: by default, its memory if it has one."""
         if self.memory is not None:
-            await self.memory.remember(feedback, self.stream_position)
+            await self.memory.remember(feedback, self.stream_position, admit=self._admit_lesson)
+
+    async def _admit_lesson(self, item_id: str, text: str, question_vector: list[float]) -> bool:
+        """A distilled lesson's gate: the probe prompts with the lessons memory would recall for
+        each probe question, without and with the new one."""
+        memory = self.memory
+        assert memory is not None
+
+        async def incumbent(view: TaskView) -> str:
+            return self.system_prompt + await memory.addendum_for(view.question)
+
+        async def candidate(view: TaskView) -> str:
+            return self.system_prompt + await memory.addendum_for(view.question, (text, question_vector))
+
+        return await self.admit("lesson", item_id, text, incumbent, candidate)
 
     def export_state(self) -> dict[str, Any]:
         """What the agent has learnt besides its memory, as JSON values (a snapshot's state.json).
@@ -189,6 +246,10 @@ class Agent(abc.ABC):
         rows: dict[str, list[dict[str, Any]]] = {}
         if self.memory is not None:
             rows["memory_events"] = self.memory.take_events()
+        if self.gate is not None:
+            rows["gate_events"] = self.gate.take_events()
+        if self.safety is not None:
+            rows["safety_events"] = self.safety.take_events()
         if self._steps:
             rows["steps"], self._steps = self._steps, []
         return rows
@@ -224,13 +285,15 @@ class Agent(abc.ABC):
         that answers a call (a learnt tool, say). Offered only in environments with tools."""
         return {}
 
-    async def act(self, episode: EnvEpisode, messages: list[Message], **params: Any) -> Attempt:
+    async def act(self, episode: EnvEpisode, messages: list[Message], purpose: Purpose = "act",
+                  record: bool = True, **params: Any) -> Attempt:
         """The plain acting loop: send, step the environment with the reply, repeat until done.
         In multi-step environments the prompt keeps the first messages and the last
         `history_window` turns, and every action is recorded for the steps table. Where the episode
         offers tools they go to the model natively (`tools`) when it has function calling, else
         described in the system prompt with the JSON-in-text protocol (envs/tool_calls.py); each
-        call is an action, and the first plain-text reply ends the episode."""
+        call is an action, and the first plain-text reply ends the episode. The sealed gate acts
+        through it too, with purpose validate and nothing recorded."""
         output: str | None = None
         steps = 0
         own = self.own_tools() if episode.tools is not None else {}
@@ -243,7 +306,7 @@ class Agent(abc.ABC):
         turns: list[list[Message]] = []
         while not episode.done and steps < self.max_steps:
             window = [m for turn in turns[-self.history_window:] for m in turn] if self.history_window else []
-            completion = await self.llm.complete([*opening, *window], purpose="act", **params,
+            completion = await self.llm.complete([*opening, *window], purpose=purpose, **params,
                                                  **({"tools": offered} if native else {}))
             output = completion.text
             text_call = parse_text_call(output) if offered and not native else None
@@ -253,8 +316,9 @@ class Agent(abc.ABC):
                 steps += 1
                 turns.append([{"role": "assistant", "content": output},
                               {"role": "user", "content": result.observation}])
-                self._record_step(episode, completion, steps, output, result.observation, result.reward,
-                                  first=True)
+                if record:
+                    self._record_step(episode, completion, steps, output, result.observation, result.reward,
+                                      first=True)
                 continue
             results: list[ToolResult] = []
             for call in calls:
@@ -263,8 +327,9 @@ class Agent(abc.ABC):
                 handler = own.get(call.name)
                 results.append(await handler[1](call) if handler else episode.call_tool(call))
                 steps += 1
-                self._record_step(episode, completion, steps, call.render(), results[-1].content, 0.0,
-                                  first=len(results) == 1, result=results[-1])
+                if record:
+                    self._record_step(episode, completion, steps, call.render(), results[-1].content, 0.0,
+                                      first=len(results) == 1, result=results[-1])
             if native:
                 turns.append([{"role": "assistant", "content": output or None,
                                "tool_calls": [r.call.message() for r in results]},

@@ -16,7 +16,9 @@ only writer.
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -90,6 +92,7 @@ class EpisodicMemory:
         self.recalled: list[Recalled] = []
         self._table: Any = None
         self._query: tuple[str, list[float]] | None = None  # the current task's question, embedded once
+        self._probe_vectors: dict[str, list[float]] = {}  # the sealed gate's probe questions, embedded once
         self._events: list[dict[str, Any]] = []
 
     def take_events(self) -> list[dict[str, Any]]:
@@ -97,17 +100,28 @@ class EpisodicMemory:
         events, self._events = self._events, []
         return events
 
-    async def recall(self, task: TaskView) -> list[Recalled]:
-        """Top-k items for this task (by similarity x importance), kept in `recalled` for prompts."""
-        self.recalled = []
+    async def _ranked(self, vector: list[float]) -> list[tuple[float, dict[str, Any]]]:
+        """Stored items near `vector` above min_similarity, best first by similarity x importance."""
         if self.size == 0:
-            return self.recalled
-        vector = await self._embed(task.question)
+            return []
         rows = await (self._table.vector_search(vector).distance_type("cosine")
                       .limit(self.top_k * 4).to_list())
         scored = [(1.0 - row["_distance"], row) for row in rows]
         scored = [(s, row) for s, row in scored if s >= self.min_similarity]
         scored.sort(key=lambda pair: pair[0] * pair[1]["importance"], reverse=True)
+        return scored
+
+    async def recall(self, task: TaskView,
+                     screen: Callable[[Literal["lesson"], str, str], Awaitable[bool]] | None = None
+                     ) -> list[Recalled]:
+        """Top-k items for this task (by similarity x importance), kept in `recalled` for prompts;
+        an item `screen` refuses (the safety check on retrieval) is left out, and the next one taken."""
+        self.recalled = []
+        if self.size == 0:
+            return self.recalled
+        scored = await self._ranked(await self._embed(task.question))
+        if screen is not None and self.mode == "lessons":
+            scored = [(s, row) for s, row in scored if await screen("lesson", row["memory_id"], row["text"])]
         for similarity, row in scored[: self.top_k]:
             self.recalled.append(Recalled(memory_id=row["memory_id"], text=row["text"],
                                           question=row["question"], similarity=similarity))
@@ -132,7 +146,28 @@ class EpisodicMemory:
             turns += [{"role": "user", "content": r.question}, {"role": "assistant", "content": r.text}]
         return turns
 
-    async def remember(self, feedback: Feedback, position: int) -> None:
+    async def addendum_for(self, question: str, candidate: tuple[str, list[float]] | None = None) -> str:
+        """The lessons a task with this question would be shown, with `candidate` (a lesson's text
+        and the vector of its question) stored beside the others: what the sealed gate compares.
+        Nothing is recorded and nothing changes."""
+        if self.mode != "lessons":
+            return ""
+        if question not in self._probe_vectors:
+            [self._probe_vectors[question]] = await self.llm.embed([question])
+        vector = self._probe_vectors[question]
+        scored = [(s, row["text"], row["importance"]) for s, row in await self._ranked(vector)]
+        if candidate is not None:
+            similarity = _cosine(vector, candidate[1])
+            if similarity >= self.min_similarity:
+                scored.append((similarity, candidate[0], 1.0))
+        scored.sort(key=lambda item: item[0] * item[2], reverse=True)
+        lessons = "\n".join(f"- {text}" for _, text, _ in scored[: self.top_k])
+        return f"\n\nLessons from your earlier tasks:\n{lessons}" if lessons else ""
+
+    async def remember(self, feedback: Feedback, position: int,
+                       admit: Callable[[str, str, list[float]], Awaitable[bool]] | None = None) -> None:
+        """Store an item from this task; `admit` (the safety check and the sealed gate) may refuse a
+        lesson, which is then not stored."""
         final = feedback.final
         reflections = [a.reflection for a in feedback.attempts if a.reflection]
         if self.mode == "examples":
@@ -144,7 +179,10 @@ class EpisodicMemory:
             verified = not reflections  # reflection text is the model's own, unchecked
         importance = 1.0 if final.rewarded else self.failure_importance
         vector = await self._embed(feedback.task.question)
-        row = {"memory_id": uuid.uuid4().hex[:12], "kind": self.mode, "text": text,
+        memory_id = uuid.uuid4().hex[:12]
+        if admit is not None and self.mode == "lessons" and not await admit(memory_id, text, vector):
+            return
+        row = {"memory_id": memory_id, "kind": self.mode, "text": text,
                "question": feedback.task.question, "source_task_id": feedback.task.task_id,
                "source_position": position, "reward": final.reward, "verified": verified,
                "importance": importance, "access_count": 0, "vector": vector}
@@ -223,3 +261,8 @@ class EpisodicMemory:
         return {"event": event, "memory_id": row["memory_id"], "kind": self.mode, "text": row["text"],
                 "source_task_id": row["source_task_id"], "similarity": similarity,
                 "importance": row["importance"], "verified": row["verified"]}
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0

@@ -252,6 +252,10 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     if stream.scenario == "interleaved" and len(families) < 2:
         raise ConfigError(f"invalid config: stream.scenario: interleaved needs several task families; env "
                           f"{settings.env.name!r} has one here ({families[0]})")
+    if settings.variant.kwargs().get("gate", "none") != "none" and not tuning:
+        raise ConfigError("invalid config: variant.gate: the sealed gate audits edits on held-out probe "
+                          "tasks and there are none; set stream.tuning_size > 0 (or use an env with a "
+                          "tuning split)")
     if stream.probe_every and stream.probe_size > wanted:
         raise ConfigError(f"invalid config: stream.probe_size: {stream.probe_size} exceeds the stream's "
                           f"{wanted} tasks")

@@ -107,7 +107,7 @@ def _run_locked(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pat
             manifest.ray_address, manifest.dashboard_url = stack.enter_context(ray_session(settings.ray))
             if manifest.dashboard_url:
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
-            answer_key = ({t.question: t.answer for s in specs for t in s.tasks}
+            answer_key = ({t.question: t.answer for s in specs for t in [*s.tasks, *s.tuning_tasks]}
                           if settings.model.is_scripted else None)
             limits_name, servers = _model_limits(settings, run_dir, stack)
             outcomes = _execute(settings, specs, run_dir, limits_name, answer_key, servers, stack,

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.errors import one_line
+from harness.gate import SealedGate
 from harness.model_client import (
     BUDGET_EXHAUSTED,
     AgentModelClient,
@@ -112,11 +113,20 @@ def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
     return agent
 
 
-async def start_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
-    """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from."""
+async def start_agent(spec: AgentRunSpec, llm: AgentModelClient,
+                      env: Environment | None = None) -> Agent:
+    """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from;
+    with `variant.gate=sealed` (and an env to probe), its sealed gate on the run's tuning split."""
     agent = build_agent(spec, llm)
     if spec.start_from is not None:
         await load_snapshot(agent, Path(spec.start_from))
+    if agent.gate_mode == "sealed" and env is not None and not spec.frozen:
+        def probe(episode: EnvEpisode, messages: list[dict[str, Any]]) -> Any:
+            return agent.act(episode, messages, purpose="validate", record=False)
+
+        agent.gate = SealedGate(spec.tuning_tasks, env, probe, size=agent.probe_size,
+                                regression_budget=agent.regression_budget, accept_ties=agent.accept_ties,
+                                seed=spec.seed)
     return agent
 
 
@@ -137,7 +147,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                            transcripts=spec.transcripts, function_calling=spec.function_calling)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     episodes = EpisodeRunner(spec, env, llm, sink)
-    agent = await start_agent(spec, llm)
+    agent = await start_agent(spec, llm, env)
     probes = probe_points(spec)
     snapshots = snapshot_points(spec)
     tune = spec.start_from is None and not spec.frozen  # a snapshot's prompt is already tuned
@@ -149,7 +159,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
         if spec.scenario == "isolated" and position > 0:
-            agent = await start_agent(spec, llm)  # a fresh agent: nothing learnt is carried over
+            agent = await start_agent(spec, llm, env)  # a fresh agent: nothing learnt is carried over
         fresh = position == 0 or spec.scenario == "isolated"
         await episodes.run(agent, task, position, prepare=tune and fresh, snapshot=position in snapshots)
         if position in probes:

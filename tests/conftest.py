@@ -75,7 +75,7 @@ def run_variant(*overrides: str, gateway_type: type[RecordingGateway] = Recordin
     settings = scripted_settings(*overrides)
     workdir = Path(tempfile.mkdtemp(prefix="harness-test-"))
     spec = build_plan(settings, workdir)[0]
-    answer_key = {t.question: t.answer for t in spec.tasks}
+    answer_key = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
     gateway = gateway_type(Gateway([settings.model, settings.embedder], answer_key=answer_key,
                                    cache=settings.cache))
     sink = ListSink()

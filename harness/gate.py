@@ -1,0 +1,107 @@
+"""The sealed gate: a harness-side audit of an agent's self-edits on held-out probe tasks.
+
+Agents that write their own tests keep near-perfect self-scores while real performance falls
+(SEAL's verifier-deployment gap), and skill writing without validation is no better than none
+(GRASP). With `variant.gate=sealed`, every self-edit (a memory lesson, a playbook delta, a skill)
+is put to this gate before it takes effect. The gate runs the agent's incumbent state and the state
+with the edit on the same balanced probe items, drawn from the run's tuning split (never from the
+evaluated stream; the planner refuses a sealed gate without one), and accepts the edit only if it
+gives a net improvement (or, with `accept_ties`, no change) and breaks at most `regression_budget`
+items the incumbent got right. The agent gets a yes or no: the probe items' answers and scores are
+written to `gate_events` and never reach its prompts, and a rejected edit leaves the whole
+incumbent state as it was. Probe calls are billed under purpose `validate`; an incumbent state's
+outcomes are remembered, so an unchanged state is not run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from envs.base import EnvEpisode, Environment, Task, TaskView
+
+GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
+Render = Callable[[TaskView], Awaitable[str]]
+"""The system prompt a state gives for a task (its lessons, playbook or retrieved skills)."""
+Actor = Callable[[EnvEpisode, list[dict[str, Any]]], Awaitable[Any]]
+"""Acts in an episode from these opening messages, billing its calls as `validate`."""
+
+
+class Audit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    probe_tasks: int
+    incumbent_correct: int
+    candidate_correct: int
+    regressions: int
+    accepted: bool
+
+
+def balanced_probe(tasks: list[Task], size: int, seed: int) -> list[Task]:
+    """`size` tasks dealt round-robin over the families (each family's order seeded), so no family
+    dominates the audit."""
+    rng = random.Random(seed)
+    by_family: dict[str, list[Task]] = defaultdict(list)
+    for task in sorted(tasks, key=lambda t: t.task_id):
+        by_family[task.family].append(task)
+    for family in by_family.values():
+        rng.shuffle(family)
+    order = sorted(by_family)
+    dealt = [by_family[f][i] for i in range(max(map(len, by_family.values()), default=0))
+             for f in order if i < len(by_family[f])]
+    return dealt[:size]
+
+
+class SealedGate:
+    def __init__(self, tasks: list[Task], env: Environment, actor: Actor, size: int = 10,
+                 regression_budget: int = 0, accept_ties: bool = False, seed: int = 0) -> None:
+        if not tasks:
+            raise ValueError("the sealed gate needs held-out probe tasks (a tuning split)")
+        self.items = balanced_probe(tasks, size, seed)
+        self.env = env
+        self.actor = actor
+        self.regression_budget = regression_budget
+        self.accept_ties = accept_ties
+        self._outcomes: dict[tuple[str, str], bool] = {}
+        self._events: list[dict[str, Any]] = []
+
+    def take_events(self) -> list[dict[str, Any]]:
+        """gate_events rows (harness.records.GateEventRow) since the last call."""
+        events, self._events = self._events, []
+        return events
+
+    async def audit(self, kind: GateKind, edit_id: str, text: str, incumbent: Render,
+                    candidate: Render) -> Audit:
+        """Run both states on the probe items; the edit is accepted only by the rule above."""
+        before = await self._run(incumbent)
+        after = await self._run(candidate)
+        regressions = sum(a and not b for a, b in zip(before, after, strict=True))
+        net = sum(after) - sum(before)
+        accepted = regressions <= self.regression_budget and (net > 0 or (self.accept_ties and net == 0))
+        audit = Audit(probe_tasks=len(self.items), incumbent_correct=sum(before),
+                      candidate_correct=sum(after), regressions=regressions, accepted=accepted)
+        self._events.append({"kind": kind, "edit_id": edit_id, "text": text[:2000],
+                             **audit.model_dump()})
+        return audit
+
+    async def _run(self, render: Render) -> list[bool]:
+        return list(await asyncio.gather(*(self._one(task, render) for task in self.items)))
+
+    async def _one(self, task: Task, render: Render) -> bool:
+        system = await render(TaskView.of(task))
+        key = (task.task_id, hashlib.sha256(system.encode()).hexdigest())
+        if key not in self._outcomes:
+            episode = self.env.reset(task)
+            try:
+                await self.actor(episode, [{"role": "system", "content": system},
+                                           {"role": "user", "content": episode.observation}])
+                self._outcomes[key] = episode.score().success
+            finally:
+                episode.close()
+        return self._outcomes[key]
