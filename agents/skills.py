@@ -1,0 +1,194 @@
+"""Skills: a bounded library of procedural skills, admitted through a gate (GRASP, SkillOS).
+
+Before each task the `top_k` skills most similar to it (cosine of the embeddings of the task and
+of the skill's source task) go into the system prompt. After a failed task (`propose_on=failure`,
+or after every task with `always`), the agent proposes one candidate skill by comparing the failed
+attempt with successful ones it kept (same family first; purpose propose). The candidate is
+admitted only through the gate: with `gate=sealed` (the default, GRASP's design) the library with
+it must give a net improvement on a balanced held-out probe from the tuning split (never the
+evaluated stream) and break at most `regression_budget` probe items the library without it got
+right (harness/gate.py; purpose validate). `gate=none` admits every candidate: the ablation GRASP
+reports as no better than no skills. Beyond `max_skills` the least used (then oldest) skill is
+evicted. Every proposal, its probe result and the decision, every retrieval and eviction is a
+row of `skill_events`; with `variant.safety` a candidate is checked when written and each skill
+again when it is retrieved.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agents.base import Agent, Attempt, AttemptResult, Feedback, Trial
+from envs.base import EnvEpisode, TaskView
+
+PROPOSE_PROMPT = (
+    "You keep a library of short, reusable skills for tasks like these.\n"
+    "A failed attempt:\nTask: {question}\nAnswer: {answer}\n\n"
+    "Successful attempts at similar tasks:\n{successes}\n\n"
+    "Compare them and write one skill: one or two sentences of procedure that would turn the failure "
+    "into a success on tasks like it. Reply with the skill only."
+)
+
+
+class Skill(BaseModel):
+    skill_id: str
+    family: str
+    text: str
+    vector: list[float]
+    uses: int = 0
+    position: int
+    """Stream position of the task it was proposed after."""
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+    return dot / norm if norm else 0.0
+
+
+class SkillsAgent(Agent):
+    def __init__(self, *args: Any, max_skills: int = 8, top_k: int = 2, min_similarity: float = 0.0,
+                 propose_on: Literal["failure", "always"] = "failure", successes_kept: int = 3,
+                 propose_prompt: str = PROPOSE_PROMPT, gate: Literal["none", "sealed"] = "sealed",
+                 accept_ties: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, gate=gate, accept_ties=accept_ties, **kwargs)
+        if max_skills < 1 or top_k < 1 or successes_kept < 0:
+            raise ValueError("variant.max_skills and variant.top_k must be >= 1, variant.successes_kept >= 0")
+        if propose_on not in ("failure", "always"):
+            raise ValueError(f"variant.propose_on must be failure or always, got {propose_on!r}")
+        missing = [f for f in ("{question}", "{answer}", "{successes}") if f not in propose_prompt]
+        if missing:
+            raise ValueError(f"variant.propose_prompt must contain {' and '.join(missing)}")
+        self.max_skills = max_skills
+        self.top_k = top_k
+        self.min_similarity = min_similarity
+        self.propose_on = propose_on
+        self.successes_kept = successes_kept
+        self.propose_prompt = propose_prompt
+        self.library: list[Skill] = []
+        self.next_id = 1
+        self.successes: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        self.retrieved: list[Skill] = []
+        self._vectors: dict[str, list[float]] = {}  # question -> embedding, embedded once per run
+        self._events: list[dict[str, Any]] = []
+
+    def gated_edits(self) -> tuple[Literal["lesson", "skill"], ...]:
+        return ("skill", *super().gated_edits())
+
+    async def run_task(self, trial: Trial) -> list[AttemptResult]:
+        ranked = await self._rank(self.library, trial.task.question)
+        self.retrieved = []
+        for similarity, skill in ranked:
+            if len(self.retrieved) == self.top_k:
+                break
+            if await self.screen("skill", skill.skill_id, skill.text):
+                skill.uses += 1
+                self.retrieved.append(skill)
+                self._event("retrieved", skill, similarity=similarity)
+        return await super().run_task(trial)
+
+    async def solve(self, episode: EnvEpisode) -> Attempt:
+        return await self.act(episode, self.messages_for(episode.observation, self._system(self.retrieved)))
+
+    def _system(self, skills: list[Skill]) -> str:
+        if not skills:
+            return self.system_prompt
+        listing = "\n".join(f"- {s.text}" for s in skills)
+        return f"{self.system_prompt}\n\nSkills from your library for tasks like this:\n{listing}"
+
+    async def learn(self, feedback: Feedback) -> None:
+        await super().learn(feedback)
+        final, task = feedback.final, feedback.task
+        if final.rewarded:
+            kept = self.successes[task.family]
+            kept.append((task.question, final.raw_response or final.response or ""))
+            del kept[: max(0, len(kept) - self.successes_kept)]
+            if self.propose_on == "failure":
+                return
+        await self._propose(task, final)
+
+    async def _propose(self, task: TaskView, final: AttemptResult) -> None:
+        similar = self.successes.get(task.family) or [s for kept in self.successes.values() for s in kept]
+        shown = similar[-self.successes_kept:] if self.successes_kept else []
+        listing = "\n".join(f"Task: {q}\nAnswer: {a}" for q, a in shown) or "(none yet)"
+        reply = (await self.llm.complete([{"role": "user", "content": self.propose_prompt.format(
+            question=task.question, answer=final.raw_response or final.response or "(no answer)",
+            successes=listing)}], purpose="propose")).text
+        text = " ".join(reply.split())
+        if not text:
+            return
+        skill = Skill(skill_id=f"s{self.next_id}", family=task.family, text=text,
+                      vector=await self._vector(task.question), position=self.stream_position)
+        self.next_id += 1
+        self._event("proposed", skill)
+        if self.safety is not None and not await self.safety.check(text, "write", "skill", skill.skill_id):
+            self._event("rejected", skill, reason="blocked by the safety check")
+            return
+        if self.gate is not None:
+            audit = await self.gate.audit("skill", skill.skill_id, text, self._renderer(self.library),
+                                          self._renderer([*self.library, skill]))
+            probe = {"probe_tasks": audit.probe_tasks, "incumbent_correct": audit.incumbent_correct,
+                     "candidate_correct": audit.candidate_correct, "regressions": audit.regressions}
+            if not audit.accepted:
+                reason = (f"{audit.regressions} regressions (budget {self.regression_budget})"
+                          if audit.regressions > self.regression_budget else "no net improvement")
+                self._event("rejected", skill, reason=reason, **probe)
+                return
+            self._event("admitted", skill, **probe)
+        else:
+            self._event("admitted", skill, reason="ungated (gate=none)")
+        self.library.append(skill)
+        if len(self.library) > self.max_skills:
+            victim = min(self.library, key=lambda s: (s.uses, s.position))
+            self.library.remove(victim)
+            self._event("evicted", victim)
+
+    def _renderer(self, library: list[Skill]) -> Any:
+        async def system(view: TaskView) -> str:
+            ranked = await self._rank(library, view.question)
+            return self._system([skill for _, skill in ranked[: self.top_k]])
+
+        return system
+
+    async def _rank(self, library: list[Skill], question: str) -> list[tuple[float, Skill]]:
+        if not library:
+            return []
+        vector = await self._vector(question)
+        scored = [(_cosine(vector, s.vector), s) for s in library]
+        scored = [(sim, s) for sim, s in scored if sim >= self.min_similarity]
+        return sorted(scored, key=lambda pair: (-pair[0], pair[1].position))
+
+    async def _vector(self, question: str) -> list[float]:
+        if question not in self._vectors:
+            [self._vectors[question]] = await self.llm.embed([question])
+        return self._vectors[question]
+
+    def _event(self, event: str, skill: Skill, similarity: float | None = None, reason: str | None = None,
+               probe_tasks: int | None = None, incumbent_correct: int | None = None,
+               candidate_correct: int | None = None, regressions: int | None = None) -> None:
+        self._events.append({"event": event, "skill_id": skill.skill_id, "family": skill.family,
+                             "text": skill.text, "probe_tasks": probe_tasks,
+                             "incumbent_correct": incumbent_correct, "candidate_correct": candidate_correct,
+                             "regressions": regressions, "reason": reason, "similarity": similarity})
+
+    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
+        rows = super().take_rows()
+        if self._events:
+            rows["skill_events"], self._events = self._events, []
+        return rows
+
+    def export_state(self) -> dict[str, Any]:
+        return {**super().export_state(), "next_id": self.next_id,
+                "library": [s.model_dump() for s in self.library],
+                "successes": {family: [list(pair) for pair in kept]
+                              for family, kept in self.successes.items()}}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        super().import_state(state)
+        self.library = [Skill(**s) for s in state.get("library", [])]
+        self.next_id = state.get("next_id", len(self.library) + 1)
+        self.successes = defaultdict(list, {f: [tuple(p) for p in kept]
+                                            for f, kept in state.get("successes", {}).items()})
