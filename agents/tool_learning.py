@@ -89,6 +89,7 @@ class ToolLearningAgent(BaselineAgent):
         self.sandbox = Sandbox(**(sandbox or {}))
         self.tools: dict[str, Tool] = {}
         self._task: TaskView | None = None
+        self._offered = False  # the family's tool passed the retrieval check for this task
         self._events: list[dict[str, Any]] = []  # tool_events rows (harness.records.ToolEventRow)
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
@@ -98,6 +99,9 @@ class ToolLearningAgent(BaselineAgent):
     async def solve(self, episode: EnvEpisode) -> Attempt:
         assert self._task is not None
         tool = self.tools.get(self._task.family)
+        if tool is not None and not await self.screen("tool", tool.tool_id, tool.code):
+            tool = None  # the safety check keeps it out of this task
+        self._offered = tool is not None
         system = self.system_prompt
         if tool is not None and episode.tools is None:  # with tools of its own, it is one more (own_tools)
             result = await self.sandbox.arun(tool.code, episode.observation)
@@ -111,7 +115,7 @@ class ToolLearningAgent(BaselineAgent):
 
     def own_tools(self) -> dict[str, OwnTool]:
         tool = self.tools.get(self._task.family) if self._task is not None else None
-        if tool is None:
+        if tool is None or not self._offered:
             return {}
 
         async def run(call: ToolCall) -> ToolResult:
@@ -145,6 +149,9 @@ class ToolLearningAgent(BaselineAgent):
         problem = check_tool_code(tool.code)
         if problem is not None:
             self._record("rejected", tool, None, problem)
+            return
+        if self.safety is not None and not await self.safety.check(tool.code, "write", "tool", tool.tool_id):
+            self._record("rejected", tool, None, "blocked by the safety check")
             return
         trial_run = await self.sandbox.arun(tool.code, feedback.task.question)
         if not trial_run.ok:

@@ -20,7 +20,7 @@ def events(run, kind: str) -> list[dict]:
 
 
 def test_the_curators_delta_is_read_line_by_line():
-    delta = parse_delta("ADD pitfalls: Do not guess.\nEDIT b2: Use cents.\nREMOVE [b3]\nsome chatter\nADD: Short.")
+    delta = parse_delta("ADD pitfalls: Do not guess.\nEDIT b2: Use cents.\nREMOVE [b3]\nchatter\nADD: Short.")
     assert [(o.op, o.bullet_id, o.section, o.text) for o in delta] == [
         ("add", None, "pitfalls", "Do not guess."), ("edit", "b2", "strategies", "Use cents."),
         ("remove", "b3", "strategies", ""), ("add", None, "strategies", "Short.")]

@@ -197,7 +197,7 @@ def test_a_learnt_tool_is_offered_as_one_more_tool_and_runs_in_the_sandbox():
                                        code="def tool(question):\n    return '42'")
     agent._task = type("View", (), {"family": "bank.balance"})()
     episode = ToolTasks().reset(balance)
-    asyncio.run(agent.act(episode, agent.messages_for(episode.observation)))
+    asyncio.run(agent.solve(episode))
     offered = [s["function"]["name"] for s in llm.requests[0][1]["tools"]]
     assert offered[-1] == LEARNT_TOOL and "get_balance" in offered
     steps = agent.take_rows()
