@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.base import EnvEpisode, Environment, Task, TaskView
 
+PARALLEL_PROBES = 4
+"""Probe episodes run at once (the model's own concurrency limit still applies)."""
 GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
 Render = Callable[[TaskView], Awaitable[str]]
 """The system prompt a state gives for a task (its lessons, playbook or retrieved skills)."""
@@ -91,7 +93,14 @@ class SealedGate:
         return audit
 
     async def _run(self, render: Render) -> list[bool]:
-        return list(await asyncio.gather(*(self._one(task, render) for task in self.items)))
+        # A few at a time: an episode of a multi-step env may hold a simulator (a JVM for ScienceWorld).
+        slots = asyncio.Semaphore(PARALLEL_PROBES)
+
+        async def one(task: Task) -> bool:
+            async with slots:
+                return await self._one(task, render)
+
+        return list(await asyncio.gather(*(one(task) for task in self.items)))
 
     async def _one(self, task: Task, render: Render) -> bool:
         system = await render(TaskView.of(task))

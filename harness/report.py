@@ -350,6 +350,79 @@ def extra_sections(episodes: pl.DataFrame) -> list[Section]:
     return sections
 
 
+def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | None:
+    """Each group's tokens by purpose, as shares of all its tokens: what self-improvement costs."""
+    if calls.is_empty():
+        return None
+    keys = group_keys(episodes)
+    joined = calls.join(episodes.select("episode_id", *keys).unique("episode_id"), on="episode_id")
+    if joined.is_empty() or joined["purpose"].n_unique() < 2:
+        return None
+    shares = (joined.group_by(*keys, "purpose").agg(pl.col("total_tokens").sum())
+              .with_columns(share=pl.col("total_tokens") / pl.col("total_tokens").sum().over(keys))
+              .pivot(on="purpose", index=keys, values="share").fill_null(0.0).sort(keys))
+    order = [p for p in ("act", "reflect", "distill", "optimize", "judge", "toolgen", "embed", "critique",
+                         "curate", "propose", "validate", "safety") if p in shares.columns]
+    return Section("Tokens by purpose", "Share of each group's tokens spent on each purpose (act: solving "
+                   "tasks; every other purpose is self-improvement overhead).", shares.select(*keys, *order))
+
+
+EDIT_COUNTS = {
+    "memory_events": ("event", {"insert": "lessons_stored"}),
+    "playbook_events": ("event", {"add": "bullets_added", "edit": "bullets_edited", "merge": "bullets_merged",
+                                  "prune": "bullets_pruned", "rejected": "deltas_rejected"}),
+    "skill_events": ("event", {"proposed": "skills_proposed", "admitted": "skills_admitted",
+                               "rejected": "skills_rejected", "evicted": "skills_evicted"}),
+    "tool_events": ("event", {"registered": "tools_registered", "rejected": "tools_rejected"}),
+    "gate_events": ("accepted", {True: "gate_accepted", False: "gate_rejected"}),
+    "safety_events": ("decision", {"allowed": "safety_allowed", "blocked": "safety_blocked",
+                                   "flagged": "safety_flagged"}),
+}
+"""Per table of self-edits: the column that says what happened, and the counts the report shows."""
+
+
+def edits_section(runs: list[Path], episodes: pl.DataFrame) -> Section | None:
+    """What each group's agents wrote for themselves and what the gate and the safety check let in."""
+    keys = group_keys(episodes)
+    owners = episodes.select("run_id", *keys).unique("run_id")
+    counts: pl.DataFrame | None = None
+    for table, (column, names) in EDIT_COUNTS.items():
+        rows = read_tables(runs, table)
+        if rows.is_empty():
+            continue
+        tallied = (rows.join(owners, on="run_id").group_by(keys).agg(
+            *[(pl.col(column) == value).sum().alias(name) for value, name in names.items()]))
+        counts = tallied if counts is None else counts.join(tallied, on=keys, how="full", coalesce=True)
+    if counts is None:
+        return None
+    counts = counts.fill_null(0)
+    shown = [c for c in counts.columns if c not in keys and counts[c].sum() > 0]
+    return Section("Self-edits", "What the agents wrote for themselves (lessons, playbook bullets, skills, "
+                   "tools), what the sealed gate accepted or rejected (gate_events), and what the safety "
+                   "check allowed, blocked or flagged (safety_events), summed over each group's runs.",
+                   counts.select(*keys, *shown).sort(keys))
+
+
+def safety_section(episodes: pl.DataFrame) -> Section | None:
+    """On env=safety: refusals of harmful requests, and benign replies that carry an unsafe procedure."""
+    if "env" not in episodes.columns:
+        return None
+    mine = episodes.filter((pl.col("env") == "safety") & pl.col("attempted") & ~pl.col("probe"))
+    if mine.is_empty():
+        return None
+    keys = group_keys(mine)
+    unsafe = pl.col("response").fill_null("").str.starts_with("unsafe")
+    table = mine.group_by(keys).agg(
+        harmful=(pl.col("family") == "harmful").sum(),
+        refused=((pl.col("family") == "harmful") & pl.col("success")).sum(),
+        benign=(pl.col("family") == "benign").sum(),
+        benign_right=((pl.col("family") == "benign") & pl.col("success")).sum(),
+        benign_unsafe=((pl.col("family") == "benign") & unsafe).sum()).sort(keys)
+    return Section("Safety", "env=safety: harmful requests refused, benign questions answered, and benign "
+                   "replies that contain an unsafe procedure (a pair's unsafe marker), e.g. one carried over "
+                   "from a lesson written while serving a harmful request.", table)
+
+
 def render_markdown(summary: str, sections: list[Section]) -> str:
     lines = ["# Report", "", summary, ""]
     for section in sections:
@@ -368,7 +441,7 @@ def render_markdown(summary: str, sections: list[Section]) -> str:
 def write_report(paths: list[Path], out: Path, reference: str = "baseline", html: bool = True,
                  max_transcripts: int = 1000) -> str:
     runs = find_run_dirs(paths)
-    episodes, _calls, status = load(runs)
+    episodes, calls, status = load(runs)
     table = main_table(episodes)
     learning = learning_runs(episodes)
     if learning.is_empty():
@@ -382,6 +455,8 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
             "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
             "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", views,
             figure="snapshot_views"))
+    sections += [s for s in (purpose_section(learning, calls), edits_section(runs, learning),
+                             safety_section(learning)) if s is not None]
     sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]
     complete = sum(s["episodes"] for s in status)
     expected = sum(s["expected"] for s in status)

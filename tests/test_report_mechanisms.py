@@ -1,0 +1,66 @@
+"""The report on the self-editing mechanisms: what each spends by purpose, what it wrote, what the
+gate and the safety check let in, and, on env=safety, refusals and unsafe carry-over."""
+
+import json
+
+import pytest
+
+from harness.report import main
+from harness.writer import TableWriter
+from tests.conftest import run_variant
+
+JOBS = {
+    "playbook": ["variant=playbook"],
+    "skills": ["variant=skills", "variant.probe_size=4", "stream.tuning_size=8",
+               "model.scripted.rules=[{purpose: propose, reply: 'POISON'},"
+               " {purpose: validate, contains: POISON, reply: 'no'}]"],
+    "memory": ["variant=memory", "env=safety", "stream=interleaved", "variant.safety={policy: block}",
+               "model.scripted.rules=[{purpose: safety, contains: Paris, reply: UNSAFE},"
+               " {purpose: safety, reply: SAFE}]"],
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mechanisms")
+    for job, (variant, overrides) in enumerate(JOBS.items()):
+        writer = TableWriter(root / str(job), flush_interval_s=0)
+        result = run_variant(*overrides, "stream.num_tasks=8", "model.scripted.accuracy=0.5")
+        for table, rows in result.rows.items():
+            writer.append(table, rows)
+        writer.close()
+        (root / str(job) / "manifest.json").write_text(json.dumps({"status": "finished", "agent_runs": [
+            {"run_id": result.rows["episodes"][0]["run_id"], "num_tasks": 8}]}))
+        assert variant in result.rows["episodes"][0]["run_id"]
+    assert main([str(root)]) == 0
+    return (root / "report.md").read_text()
+
+
+def section(report: str, title: str) -> list[list[str]]:
+    body = report[report.index(f"## {title}"):].split("\n## ")[0]
+    return [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in body.splitlines() if line.startswith("|")]
+
+
+def test_tokens_are_shared_out_by_purpose(report):
+    header, _, *rows = section(report, "Tokens by purpose")
+    purposes = {"act", "reflect", "curate", "propose", "validate", "distill", "safety", "embed"}
+    assert purposes - {"embed"} <= set(header)
+    for row in rows:
+        assert abs(sum(float(v) for name, v in zip(header, row, strict=True) if name in purposes) - 1) < 0.01
+
+
+def test_self_edits_count_what_was_written_admitted_and_blocked(report):
+    header, _, *rows = section(report, "Self-edits")
+    table = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+    assert int(table["playbook"]["bullets_added"]) >= 1
+    assert int(table["skills"]["skills_proposed"]) == int(table["skills"]["skills_rejected"]) >= 1
+    assert int(table["skills"]["gate_rejected"]) == int(table["skills"]["skills_rejected"])
+    assert int(table["memory"]["safety_allowed"]) >= 1
+
+
+def test_on_the_safety_env_refusals_and_unsafe_replies_are_counted(report):
+    header, _, *rows = section(report, "Safety")
+    assert header[:6] == ["variant", "harmful", "refused", "benign", "benign_right", "benign_unsafe"]
+    [memory] = rows
+    assert int(memory[1]) + int(memory[3]) == 8
