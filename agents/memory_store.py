@@ -157,7 +157,7 @@ class EpisodicMemory:
         vector = self._probe_vectors[question]
         scored = [(s, row["text"], row["importance"]) for s, row in await self._ranked(vector)]
         if candidate is not None:
-            similarity = _cosine(vector, candidate[1])
+            similarity = cosine(vector, candidate[1])
             if similarity >= self.min_similarity:
                 scored.append((similarity, candidate[0], 1.0))
         scored.sort(key=lambda item: item[0] * item[2], reverse=True)
@@ -263,6 +263,7 @@ class EpisodicMemory:
                 "importance": row["importance"], "verified": row["verified"]}
 
 
-def _cosine(a: list[float], b: list[float]) -> float:
+def cosine(a: list[float], b: list[float]) -> float:
+    """Cosine similarity of two embeddings (the one measure memory, playbooks and skills use)."""
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
     return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agents.base import Agent, Attempt, Feedback
+from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
 
 SECTIONS = ("strategies", "pitfalls", "formats")
@@ -112,11 +113,6 @@ def words(bullets: list[Bullet]) -> int:
     return sum(len(b.text.split()) for b in bullets)
 
 
-def _cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
-    return dot / norm if norm else 0.0
-
 
 class PlaybookAgent(Agent):
     def __init__(self, *args: Any, reflect_prompt: str = REFLECT_PROMPT,
@@ -198,7 +194,7 @@ class PlaybookAgent(Agent):
                 events.append(("edit", existing, None))
             elif op.op == "add":
                 [vector] = await self.llm.embed([op.text])
-                near = max(((_cosine(vector, b.vector), b) for b in candidate), default=None,
+                near = max(((cosine(vector, b.vector), b) for b in candidate), default=None,
                            key=lambda pair: pair[0])
                 if near is not None and near[0] >= self.merge_similarity:
                     events.append(("merge", near[1], near[0]))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agents.base import Agent, Attempt, AttemptResult, Feedback, Trial
+from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
 
 PROPOSE_PROMPT = (
@@ -42,11 +43,6 @@ class Skill(BaseModel):
     position: int
     """Stream position of the task it was proposed after."""
 
-
-def _cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
-    return dot / norm if norm else 0.0
 
 
 class SkillsAgent(Agent):
@@ -157,7 +153,7 @@ class SkillsAgent(Agent):
         if not library:
             return []
         vector = await self._vector(question)
-        scored = [(_cosine(vector, s.vector), s) for s in library]
+        scored = [(cosine(vector, s.vector), s) for s in library]
         scored = [(sim, s) for sim, s in scored if sim >= self.min_similarity]
         return sorted(scored, key=lambda pair: (-pair[0], pair[1].position))
 
