@@ -236,7 +236,8 @@ class Agent(abc.ABC):
         self.protocol = state["protocol"]
 
     def memory_size(self) -> int | None:
-        """Items in the agent's memory; None for agents without one."""
+        """Items the agent keeps (memory items; variants with bullets or skills add theirs); None for
+        agents that keep none."""
         return self.memory.size if self.memory is not None else None
 
     def take_rows(self) -> dict[str, list[dict[str, Any]]]:

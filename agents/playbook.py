@@ -272,6 +272,9 @@ class PlaybookAgent(Agent):
                              "text": bullet.text, "helpful": bullet.helpful, "harmful": bullet.harmful,
                              "similarity": similarity})
 
+    def memory_size(self) -> int | None:
+        return len(self.bullets) + (super().memory_size() or 0)
+
     def take_rows(self) -> dict[str, list[dict[str, Any]]]:
         rows = super().take_rows()
         if self._events:

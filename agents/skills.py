@@ -170,6 +170,9 @@ class SkillsAgent(Agent):
                              "incumbent_correct": incumbent_correct, "candidate_correct": candidate_correct,
                              "regressions": regressions, "reason": reason, "similarity": similarity})
 
+    def memory_size(self) -> int | None:
+        return len(self.library) + (super().memory_size() or 0)
+
     def take_rows(self) -> dict[str, list[dict[str, Any]]]:
         rows = super().take_rows()
         if self._events:

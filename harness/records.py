@@ -226,7 +226,8 @@ class Episode(Record):
     overhead_cost_usd: float | None
     """cost_usd of this episode's self-improvement calls (every purpose but act)."""
     memory_size: int | None
-    """Items in the agent's memory after it learnt from this task; null for variants without memory."""
+    """Items the agent keeps after it learnt from this task: memory items (plus playbook bullets or
+    library skills for those variants); null for variants that keep none."""
     protocol: str
     """How the agent's prompt relates to the stream: online (learns only from tasks already done),
     held_out (tuned on a disjoint split) or resubstitution (tuned on the evaluated tasks)."""
