@@ -157,8 +157,28 @@ class ToolLearningAgent(BaselineAgent):
         if not trial_run.ok:
             self._record("rejected", tool, None, trial_run.error)
             return
+        if self.gate is not None and not (await self.gate.audit(
+                "tool", tool.tool_id, tool.code, self._hinted(self.tools.get(tool.family)),
+                self._hinted(tool))).accepted:
+            self._record("rejected", tool, None, "rejected by the sealed gate")
+            return
         self.tools[tool.family] = tool
         self._record("registered", tool, trial_run.value, None)
+
+    def gated_edits(self) -> tuple[Any, ...]:
+        return ("tool", *super().gated_edits())
+
+    def _hinted(self, tool: Tool | None) -> Any:
+        """The sealed gate's probe prompts with this tool's result as the hint (its family's items)."""
+        async def system(view: TaskView) -> str:
+            if tool is None or view.family != tool.family:
+                return self.system_prompt
+            result = await self.sandbox.arun(tool.code, view.question)
+            if not result.ok:
+                return self.system_prompt
+            return f"{self.system_prompt}\n\nA tool you wrote for such questions returned: {result.value}"
+
+        return system
 
     def export_state(self) -> dict[str, Any]:
         return {**super().export_state(), "tools": [tool.model_dump() for tool in self.tools.values()]}

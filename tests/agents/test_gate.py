@@ -123,3 +123,19 @@ def test_harmless_lessons_pass_a_tie_accepting_gate():
                       "stream.tuning_size=10", "model.scripted.accuracy=0.5")
     assert all(e["accepted"] for e in run.rows["gate_events"])
     assert run.rows["episodes"][-1]["memory_size"] == 4
+
+
+def test_a_learnt_tool_that_breaks_the_probe_is_not_registered():
+    from tests.agents.test_tool_learning import SANDBOX
+
+    sandbox = ", ".join(f"{k}: {str(v).lower()}" for k, v in SANDBOX.items())
+    poison = "'def tool(q): return chr(80) + \"OISON\"'"  # its code is not poison; its result is
+    run = run_variant("variant=tool_learning", "variant.gate=sealed", "variant.probe_size=4",
+                      "stream.num_tasks=3", "stream.tuning_size=10", "model.scripted.accuracy=0.5",
+                      f"variant.sandbox={{{sandbox}}}",
+                      f"model.scripted.rules=[{{purpose: toolgen, reply: {poison}}},"
+                      " {purpose: validate, contains: POISON, reply: 'no'}]")
+    events = run.rows["tool_events"]
+    assert events and {e["event"] for e in events} == {"rejected"}
+    assert {e["error"] for e in events} == {"rejected by the sealed gate"}
+    assert all(g["kind"] == "tool" and g["regressions"] > 0 for g in run.rows["gate_events"])
