@@ -67,6 +67,13 @@ class AttemptResult(BaseModel):
     def rewarded(self) -> bool:
         return self.reward >= 0.5
 
+    @property
+    def said(self) -> str | None:
+        """What the agent said, for it to learn from: its last reply as written. `response` is the
+        checker's reading of it, which in multi-step and safety envs is a verdict ("3 steps, ...",
+        "refused"), not something to imitate."""
+        return self.raw_response if self.raw_response is not None else self.response
+
 
 class Feedback(BaseModel):
     """What an agent may learn from after a task: every attempt, the last one final."""
@@ -211,9 +218,10 @@ class Agent(abc.ABC):
         if self.memory is not None:
             await self.memory.remember(feedback, self.stream_position, admit=self._admit_lesson)
 
-    async def _admit_lesson(self, item_id: str, text: str, question_vector: list[float]) -> bool:
-        """A distilled lesson's gate: the probe prompts with the lessons memory would recall for
-        each probe question, without and with the new one."""
+    async def _admit_lesson(self, item_id: str, text: str, question_vector: list[float],
+                            importance: float) -> bool:
+        """A new memory item's safety check and, for a lesson, its gate: the probe prompts with the
+        lessons memory would recall for each probe question, without and with the new one."""
         memory = self.memory
         assert memory is not None
 
@@ -221,7 +229,8 @@ class Agent(abc.ABC):
             return self.system_prompt + await memory.addendum_for(view.question)
 
         async def candidate(view: TaskView) -> str:
-            return self.system_prompt + await memory.addendum_for(view.question, (text, question_vector))
+            return self.system_prompt + await memory.addendum_for(view.question,
+                                                                  (text, question_vector, importance))
 
         return await self.admit("lesson", item_id, text, incumbent, candidate)
 

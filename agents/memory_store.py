@@ -93,6 +93,7 @@ class EpisodicMemory:
         self._table: Any = None
         self._query: tuple[str, list[float]] | None = None  # the current task's question, embedded once
         self._probe_vectors: dict[str, list[float]] = {}  # the sealed gate's probe questions, embedded once
+        self._screened: dict[tuple[str, str], bool] = {}  # (id, text) -> the retrieval check's verdict
         self._events: list[dict[str, Any]] = []
 
     def take_events(self) -> list[dict[str, Any]]:
@@ -120,8 +121,17 @@ class EpisodicMemory:
         if self.size == 0:
             return self.recalled
         scored = await self._ranked(await self._embed(task.question))
-        if screen is not None and self.mode == "lessons":
-            scored = [(s, row) for s, row in scored if await screen("lesson", row["memory_id"], row["text"])]
+        if screen is not None:  # the best ones that pass, checked only as far as needed, once per text
+            passed = []
+            for similarity, row in scored:
+                if len(passed) == self.top_k:
+                    break
+                key = (row["memory_id"], row["text"])
+                if key not in self._screened:
+                    self._screened[key] = await screen("lesson", row["memory_id"], row["text"])
+                if self._screened[key]:
+                    passed.append((similarity, row))
+            scored = passed
         for similarity, row in scored[: self.top_k]:
             self.recalled.append(Recalled(memory_id=row["memory_id"], text=row["text"],
                                           question=row["question"], similarity=similarity))
@@ -146,9 +156,11 @@ class EpisodicMemory:
             turns += [{"role": "user", "content": r.question}, {"role": "assistant", "content": r.text}]
         return turns
 
-    async def addendum_for(self, question: str, candidate: tuple[str, list[float]] | None = None) -> str:
+    async def addendum_for(self, question: str,
+                           candidate: tuple[str, list[float], float] | None = None) -> str:
         """The lessons a task with this question would be shown, with `candidate` (a lesson's text
-        and the vector of its question) stored beside the others: what the sealed gate compares.
+        the vector of its question and its importance) stored beside the others: what the sealed gate
+        compares.
         Nothing is recorded and nothing changes."""
         if self.mode != "lessons":
             return ""
@@ -159,28 +171,29 @@ class EpisodicMemory:
         if candidate is not None:
             similarity = cosine(vector, candidate[1])
             if similarity >= self.min_similarity:
-                scored.append((similarity, candidate[0], 1.0))
+                scored.append((similarity, candidate[0], candidate[2]))
         scored.sort(key=lambda item: item[0] * item[2], reverse=True)
         lessons = "\n".join(f"- {text}" for _, text, _ in scored[: self.top_k])
         return f"\n\nLessons from your earlier tasks:\n{lessons}" if lessons else ""
 
     async def remember(self, feedback: Feedback, position: int,
-                       admit: Callable[[str, str, list[float]], Awaitable[bool]] | None = None) -> None:
-        """Store an item from this task; `admit` (the safety check and the sealed gate) may refuse a
-        lesson, which is then not stored."""
+                       admit: Callable[[str, str, list[float], float], Awaitable[bool]] | None = None
+                       ) -> None:
+        """Store an item from this task; `admit` (the safety check, and for lessons the sealed gate)
+        may refuse it, and it is then not stored."""
         final = feedback.final
         reflections = [a.reflection for a in feedback.attempts if a.reflection]
         if self.mode == "examples":
-            if not final.rewarded or not final.response:
+            if not final.rewarded or not final.said:
                 return
-            text, verified = final.response, True
+            text, verified = final.said, True
         else:
             text = await self._distill(feedback.task, final, reflections)
             verified = not reflections  # reflection text is the model's own, unchecked
         importance = 1.0 if final.rewarded else self.failure_importance
         vector = await self._embed(feedback.task.question)
         memory_id = uuid.uuid4().hex[:12]
-        if admit is not None and self.mode == "lessons" and not await admit(memory_id, text, vector):
+        if admit is not None and not await admit(memory_id, text, vector, importance):
             return
         row = {"memory_id": memory_id, "kind": self.mode, "text": text,
                "question": feedback.task.question, "source_task_id": feedback.task.task_id,
@@ -233,7 +246,7 @@ class EpisodicMemory:
     async def _distill(self, task: TaskView, final: AttemptResult, reflections: list[str]) -> str:
         notes = "".join(f"Reflection (unverified): {r}\n" for r in reflections)
         prompt = self.distill_prompt.format(
-            question=task.question, answer=final.response or "(no answer)",
+            question=task.question, answer=final.said or "(no answer)",
             outcome="correct" if final.rewarded else "incorrect", reflections=notes)
         completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="distill")
         return " ".join(completion.text.split())

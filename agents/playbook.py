@@ -156,14 +156,14 @@ class PlaybookAgent(Agent):
         final = feedback.final
         listing = render(self._shown) or "(empty)"
         reflection = (await self.llm.complete([{"role": "user", "content": self.reflect_prompt.format(
-            question=feedback.task.question, answer=final.response or "(no answer)",
+            question=feedback.task.question, answer=final.said or "(no answer)",
             outcome="correct" if final.rewarded else "incorrect", bullets=listing)}], purpose="reflect")).text
         self._count(tagged(reflection, "HELPFUL"), tagged(reflection, "HARMFUL"))
         insight = insight_of(reflection)
         if not insight:
             return
         curation = (await self.llm.complete([{"role": "user", "content": self.curate_prompt.format(
-            question=feedback.task.question, bullets=render(self.bullets) or "(empty)", insight=insight)}],
+            question=feedback.task.question, bullets=render(self._visible()) or "(empty)", insight=insight)}],
             purpose="curate")).text
         delta = parse_delta(curation)
         if not delta and self.fallback_add and not curation.strip().upper().startswith("NONE"):
@@ -184,7 +184,10 @@ class PlaybookAgent(Agent):
         next_id = self.next_id
         for op in delta:
             existing = next((b for b in candidate if b.bullet_id == op.bullet_id), None)
-            if op.op != "remove" and (not op.text or not await self._safe(op, existing)):
+            if op.op != "add" and existing is None:
+                continue  # an edit or removal of a bullet that is not there
+            item = existing.bullet_id if existing is not None else f"b{next_id}"
+            if op.op != "remove" and (not op.text or not await self._safe(op, item)):
                 continue
             if op.op == "remove" and existing is not None:
                 candidate.remove(existing)
@@ -225,10 +228,9 @@ class PlaybookAgent(Agent):
         for kind, bullet, similarity in events:
             self._event(kind, bullet, similarity)
 
-    async def _safe(self, op: Operation, existing: Bullet | None) -> bool:
+    async def _safe(self, op: Operation, item: str) -> bool:
         if self.safety is None:
             return True
-        item = existing.bullet_id if existing is not None else f"b{self.next_id}+"
         if await self.safety.check(op.text, "write", "bullet", item):
             return True
         self._events.append({"event": "rejected", "bullet_id": item, "section": op.section,
@@ -244,6 +246,10 @@ class PlaybookAgent(Agent):
             seen = (bullet.text, await self.screen("bullet", bullet.bullet_id, bullet.text))
             self._screened[bullet.bullet_id] = seen
         return seen[1]
+
+    def _visible(self) -> list[Bullet]:
+        """The bullets not blocked by the retrieval check (as far as it has checked them)."""
+        return [b for b in self.bullets if self._screened.get(b.bullet_id, (b.text, True))[1]]
 
     def _renderer(self, bullets: list[Bullet]) -> Any:
         playbook = render(bullets)

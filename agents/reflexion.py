@@ -36,7 +36,7 @@ class ReflexionAgent(Agent):
         return await self.act(episode, self.messages_for(episode.observation, system))
 
     async def before_retry(self, task: TaskView, results: list[AttemptResult]) -> str | None:
-        prompt = self.reflect_prompt.format(question=task.question, answer=results[-1].response or "")
+        prompt = self.reflect_prompt.format(question=task.question, answer=results[-1].said or "")
         completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="reflect")
         reflection = " ".join(completion.text.split())
         self.reflections.append(reflection)

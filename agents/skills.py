@@ -81,7 +81,6 @@ class SkillsAgent(Agent):
             if len(self.retrieved) == self.top_k:
                 break
             if await self.screen("skill", skill.skill_id, skill.text):
-                skill.uses += 1
                 self.retrieved.append(skill)
                 self._event("retrieved", skill, similarity=similarity)
         return await super().run_task(trial)
@@ -97,10 +96,12 @@ class SkillsAgent(Agent):
 
     async def learn(self, feedback: Feedback) -> None:
         await super().learn(feedback)
+        for skill in self.retrieved:  # here, not at retrieval: replay probes do not learn
+            skill.uses += 1
         final, task = feedback.final, feedback.task
         if final.rewarded:
             kept = self.successes[task.family]
-            kept.append((task.question, final.raw_response or final.response or ""))
+            kept.append((task.question, final.said or ""))
             del kept[: max(0, len(kept) - self.successes_kept)]
             if self.propose_on == "failure":
                 return
@@ -111,7 +112,7 @@ class SkillsAgent(Agent):
         shown = similar[-self.successes_kept:] if self.successes_kept else []
         listing = "\n".join(f"Task: {q}\nAnswer: {a}" for q, a in shown) or "(none yet)"
         reply = (await self.llm.complete([{"role": "user", "content": self.propose_prompt.format(
-            question=task.question, answer=final.raw_response or final.response or "(no answer)",
+            question=task.question, answer=final.said or "(no answer)",
             successes=listing)}], purpose="propose")).text
         text = " ".join(reply.split())
         if not text:

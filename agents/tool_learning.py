@@ -136,11 +136,12 @@ class ToolLearningAgent(BaselineAgent):
         return {LEARNT_TOOL: (LEARNT_TOOL_SPEC, run)}
 
     async def learn(self, feedback: Feedback) -> None:
+        self._offered = False  # the task is over: the gate's probes must not see its tool
         await super().learn(feedback)
         if self.generate_on == "failure" and feedback.final.rewarded:
             return
         final = feedback.final
-        note = (f"An earlier answer, {final.response!r}, was judged wrong." if not final.rewarded else "")
+        note = (f"An earlier answer, {final.said!r}, was judged wrong." if not final.rewarded else "")
         prompt = self.toolgen_prompt.format(question=feedback.task.question, feedback=note)
         completion = await self.llm.complete([{"role": "user", "content": prompt}], purpose="toolgen",
                                              max_tokens=self.toolgen_max_tokens)

@@ -12,6 +12,7 @@ and comes back to the agent as an observation with its error kind, never as an e
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import re
@@ -36,16 +37,24 @@ class ToolCall(BaseModel):
     arguments: str
 
     @classmethod
-    def new(cls, name: str, arguments: str) -> ToolCall:
-        return cls(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
+    def new(cls, name: str, arguments: str, key: str | None = None) -> ToolCall:
+        """A call with a fresh id, or one derived from `key` (the same key, the same id: replays match)."""
+        suffix = hashlib.sha256(key.encode()).hexdigest()[:12] if key is not None else uuid.uuid4().hex[:12]
+        return cls(id=f"call_{suffix}", name=name, arguments=arguments)
 
     def render(self) -> str:
         return f"{self.name}({self.arguments})"
 
     def message(self) -> dict[str, Any]:
-        """The call as an assistant message's `tool_calls` item (OpenAI format)."""
-        return {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
+        """The call as an assistant message's `tool_calls` item (OpenAI format). Arguments that are
+        not a JSON object are echoed as `{}`: providers (Anthropic, Gemini through litellm) refuse a
+        conversation that holds them, and the call's result already says what was wrong."""
+        try:
+            well_formed = isinstance(json.loads(self.arguments or "{}"), dict)
+        except json.JSONDecodeError:
+            well_formed = False
+        arguments = self.arguments if well_formed else "{}"
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": arguments}}
 
 
 class ToolResult(BaseModel):

@@ -135,7 +135,11 @@ class Calendar:
         self.reminders = list(reminders or [])
 
     def state(self) -> dict[str, Any]:
-        return {"events": dict(sorted(self.events.items())), "reminders": self.reminders}
+        """The events as values: ids are generated, so a right calendar reached by another path
+        (a wrong event created, then cancelled) is still right."""
+        events = sorted(tuple(sorted(e.items())) for e in self.events.values())
+        reminders = sorted(tuple(sorted(r.items())) for r in self.reminders)
+        return {"events": [dict(e) for e in events], "reminders": [dict(r) for r in reminders]}
 
     @staticmethod
     def _date(value: str) -> str:
@@ -295,7 +299,7 @@ def bank_balance(rng: random.Random) -> tuple[str, Solution]:
     shown = _dollars(accounts[account])
     return (f"What is {account}'s balance? Answer in dollars, like $12.34.",
             Solution("bank", {"balances": accounts}, [("get_balance", {"account": account})],
-                     f"{account} has {shown}.", (shown.lstrip("$"),)))
+                     f"{account} has {shown}.", (shown.lstrip("$"), f"{accounts[account] / 100:,.2f}")))
 
 
 def bank_missing(rng: random.Random) -> tuple[str, Solution]:

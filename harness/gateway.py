@@ -157,9 +157,9 @@ class Gateway:
             else:
                 message = response.choices[0].message
                 text = message.content or ""
-                tool_calls = [ToolCall(id=c.id or ToolCall.new("", "").id, name=c.function.name or "",
-                                       arguments=c.function.arguments or "")
-                               for c in getattr(message, "tool_calls", None) or []]
+                tool_calls = [ToolCall(id=c.id or ToolCall.new("", "", key=f"{request.run_id}/{text}/{i}").id,
+                                       name=c.function.name or "", arguments=c.function.arguments or "")
+                               for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
             prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text,
                                                                     tool_calls)
             answer = CachedAnswer(text=text, tool_calls=tool_calls, vectors=vectors,

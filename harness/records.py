@@ -434,9 +434,10 @@ class PlaybookEventRow(Record):
     """Position of that task."""
     event: Literal["add", "edit", "remove", "merge", "prune", "used", "rejected"]
     """add: a new bullet; edit: a bullet's text replaced; remove: dropped by the curator; merge: a
-    near-duplicate folded into an existing bullet (its counters, not a second copy); prune: dropped as
-    the least useful when over the token cap; used: cited by the agent on a task (counters updated);
-    rejected: a delta the gate or the safety check refused."""
+    proposed bullet near-duplicate of an existing one, which is kept instead (no second copy);
+    prune: dropped as the least useful when over the word cap; used: tagged helpful or harmful by
+    the reflector (counters updated); rejected: a delta the gate, or a bullet the safety check,
+    refused."""
     bullet_id: str
     """Id of the bullet (`b<number>`, stable for the run)."""
     section: str
@@ -444,9 +445,9 @@ class PlaybookEventRow(Record):
     text: str
     """The bullet's text after the event (for remove and prune: what was dropped)."""
     helpful: int
-    """Times the bullet was used on a rewarded attempt, after the event."""
+    """Times the reflector tagged the bullet as helpful, after the event."""
     harmful: int
-    """Times it was used on an unrewarded attempt, after the event."""
+    """Times the reflector tagged it as harmful (misleading), after the event."""
     similarity: float | None
     """For a merge: cosine similarity of the proposed text to the bullet it was merged into."""
 

@@ -98,7 +98,7 @@ class ScriptedLLM(CustomLLM):
         if done >= len(solution["calls"]):
             return solution["reply"], []
         step = solution["calls"][done]
-        call = ToolCall.new(step["tool"], json.dumps(step["arguments"]))
+        call = ToolCall.new(step["tool"], json.dumps(step["arguments"]), key=f"{question}\x1f{done}")
         return ("", [call]) if params.get("tools") else (text_call(call), [])
 
     def _known_question(self, text: str) -> str | None:

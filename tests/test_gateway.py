@@ -140,7 +140,7 @@ def test_requests_per_minute_pace_the_sends_and_the_wait_is_queued_time():
 
 def test_a_rate_limit_makes_every_caller_of_the_model_back_off_together():
     gw = gateway("model.scripted.fail_rate=1", "model.scripted.fail_attempts=1", "model.max_retries=2",
-                 "model.retry_backoff_s=0.4")
+                 "model.retry_backoff_s=2.0")  # a back-off of 1-2 s: long beside a call, even on a busy machine
 
     async def burst():
         await gw.call(request("warm-up"))  # a process's first send pays litellm's lazy imports
@@ -148,5 +148,5 @@ def test_a_rate_limit_makes_every_caller_of_the_model_back_off_together():
 
     records = [r.record for r in asyncio.run(burst())]
     assert all(r.error is None and r.retries == 1 for r in records)
-    assert all(r.queued_s >= 0.15 for r in records)  # each waited out the shared back-off
-    assert all(r.latency_s < 0.15 for r in records)  # and that wait is not counted as work
+    assert all(r.queued_s >= 0.95 for r in records)  # each waited out the shared back-off
+    assert all(r.latency_s < 0.9 for r in records)  # and that wait is not counted as work

@@ -56,7 +56,9 @@ def test_a_write_outside_the_temp_dir_is_blocked(sandbox, tmp_path):
 
 
 def test_an_infinite_loop_hits_the_cpu_limit(sandbox):
-    result = sandbox.run("def tool(q):\n    while True:\n        pass", "x")
+    # A wall-clock limit far above the CPU one: on a loaded machine 1 s of CPU can take many seconds.
+    roomy = Sandbox(cpu_s=1, wall_s=60, memory_mb=256, output_bytes=10_000, weak=sandbox.isolation == "weak")
+    result = roomy.run("def tool(q):\n    while True:\n        pass", "x")
     assert not result.ok and result.error.startswith("CPU-time limit exceeded")
 
 
