@@ -140,7 +140,7 @@ def test_requests_per_minute_pace_the_sends_and_the_wait_is_queued_time():
 
 def test_a_rate_limit_makes_every_caller_of_the_model_back_off_together():
     gw = gateway("model.scripted.fail_rate=1", "model.scripted.fail_attempts=1", "model.max_retries=2",
-                 "model.retry_backoff_s=2.0")  # a back-off of 1-2 s: long beside a call, even on a busy machine
+                 "model.retry_backoff_s=2.0")  # a 1-2 s back-off: long beside a call, even on a busy machine
 
     async def burst():
         await gw.call(request("warm-up"))  # a process's first send pays litellm's lazy imports

@@ -80,7 +80,8 @@ def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
                           "not allowed"),
                          ("```python\ndef tool(q):\n    while True:\n        pass\n```", "CPU-time limit")]:
         # The CPU limit comes first, even on a loaded machine where 1 s of CPU takes many seconds.
-        agent = ToolLearningAgent(llm=FakeModel({"toolgen": code}), sandbox={"cpu_s": 1, "wall_s": 60, **SANDBOX})
+        agent = ToolLearningAgent(llm=FakeModel({"toolgen": code}),
+                                  sandbox={"cpu_s": 1, "wall_s": 60, **SANDBOX})
         rows = learn_from_failure(agent)
         [event] = rows["tool_events"]
         assert event["event"] == "rejected" and reason in event["error"]
