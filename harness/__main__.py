@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import ConfigError, HarnessConfig
-from harness.errors import RunAborted
+from harness.errors import RunAborted, exit_with
 from harness.model_server import ModelServerError
 
 
@@ -26,11 +26,9 @@ def main(cfg: DictConfig) -> None:
         assert isinstance(resolved, dict)
         result = run(settings, Path(HydraConfig.get().runtime.output_dir), resolved)
     except (ConfigError, ModelServerError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        raise exit_with(2, f"error: {error}") from None
     except RunAborted as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+        raise exit_with(1, f"error: {error}") from None
     except KeyboardInterrupt:
         print(f"\ninterrupted: the episodes finished so far are in {HydraConfig.get().runtime.output_dir}",
               file=sys.stderr)
@@ -39,8 +37,7 @@ def main(cfg: DictConfig) -> None:
         print_summary(result, started)
     failure = most_calls_failed(result.run_dir)
     if failure is not None:
-        print(f"error: {failure}", file=sys.stderr)
-        sys.exit(1)
+        raise exit_with(1, f"error: {failure}")
 
 
 if __name__ == "__main__":

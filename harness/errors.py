@@ -16,6 +16,26 @@ class RunAborted(RuntimeError):
     """A part the whole run depends on died; the message says which and how to resume."""
 
 
+class Exit(SystemExit):
+    """Exit with `code` after saying `message` on stderr. The message stays the exception's text, so
+    a sweep's launcher can repeat a job's reason (a job's own stderr reaches the driver only through
+    Ray's log forwarding, which may drop its last lines)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def exit_with(code: int, message: str) -> Exit:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+    return Exit(code, message)
+
+
 def root_cause(error: BaseException) -> BaseException:
     """The exception behind Ray's wrappers (`RayTaskError.cause`), else the error itself."""
     seen: set[int] = set()
