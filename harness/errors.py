@@ -7,6 +7,7 @@ coloured; a table cell or a terminal line needs the cause alone.
 from __future__ import annotations
 
 import re
+import sys
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 MAX_CHARS = 500
@@ -30,8 +31,7 @@ class Exit(SystemExit):
 
 
 def exit_with(code: int, message: str) -> Exit:
-    import sys
-
+    """Say `message` on stderr and return the exit to raise."""
     print(message, file=sys.stderr, flush=True)
     return Exit(code, message)
 
