@@ -171,8 +171,8 @@ class Agent(abc.ABC):
         """The kinds of self-edit this agent puts to the gate with variant.gate=sealed."""
         return ("lesson",) if self.memory is not None and self.memory.mode == "lessons" else ()
 
-    async def admit(self, kind: Literal["lesson", "bullet", "skill", "tool"], edit_id: str, text: str, incumbent: Render | None = None,
-                    candidate: Render | None = None) -> bool:
+    async def admit(self, kind: Literal["lesson", "bullet", "skill", "tool"], edit_id: str, text: str,
+                    incumbent: Render | None = None, candidate: Render | None = None) -> bool:
         """Whether a self-edit may take effect: the safety check (when written), then the sealed gate
         on the incumbent and candidate states' prompts. With neither configured, always."""
         if self.safety is not None and not await self.safety.check(text, "write", kind, edit_id):
