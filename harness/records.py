@@ -21,6 +21,12 @@ COMPRESSION = "zstd"
 
 Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed", "critique", "curate",
                   "propose", "validate", "safety"]
+PURPOSES: tuple[str, ...] = typing.get_args(Purpose)
+"""Every purpose, in the order the report shows them (act first: every other one is overhead)."""
+EditKind = Literal["lesson", "bullet", "skill", "tool"]
+"""What an agent writes for itself that the safety check reads."""
+GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
+"""What the sealed gate audits: every EditKind, and a tuned system prompt."""
 UsageSource = Literal["provider", "counted"]
 
 
@@ -57,6 +63,9 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     table: ClassVar[str]
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = None
+    """For a table of self-edits: the column that says what happened, and the count the report shows
+    for each of its values (report.edits_section)."""
 
     @classmethod
     def arrow_schema(cls) -> pa.Schema:
@@ -333,6 +342,7 @@ class MemoryEventRow(Record):
     """One thing an agent's memory did: an item inserted, retrieved for a task, or evicted."""
 
     table: ClassVar[str] = "memory_events"
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {"insert": "lessons_stored"})
 
     run_id: str
     """Agent run whose memory it is (each run has its own table: nothing is shared between runs)."""
@@ -391,6 +401,7 @@ class ToolEventRow(Record):
     """A model-written tool's life: registered or rejected after checks, then used (or failing) on tasks."""
 
     table: ClassVar[str] = "tool_events"
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {"registered": "tools_registered", "rejected": "tools_rejected"})
 
     run_id: str
     """Agent run that owns the tool (tools are never shared between runs)."""
@@ -423,6 +434,9 @@ class PlaybookEventRow(Record):
     """One change to a playbook agent's bullets (ACE-style evolving context), or their use."""
 
     table: ClassVar[str] = "playbook_events"
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {
+        "add": "bullets_added", "edit": "bullets_edited", "merge": "bullets_merged", "prune": "bullets_pruned",
+        "rejected": "deltas_rejected"})
 
     run_id: str
     """Agent run whose playbook it is."""
@@ -457,6 +471,9 @@ class SkillEventRow(Record):
     retrieval; an eviction."""
 
     table: ClassVar[str] = "skill_events"
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {
+        "proposed": "skills_proposed", "admitted": "skills_admitted", "rejected": "skills_rejected",
+        "evicted": "skills_evicted"})
 
     run_id: str
     """Agent run whose library it is."""
@@ -495,6 +512,7 @@ class GateEventRow(Record):
     the agent never sees, and the decision; the agent is told only accepted or rejected."""
 
     table: ClassVar[str] = "gate_events"
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("accepted", {True: "gate_accepted", False: "gate_rejected"})
 
     run_id: str
     """Agent run that proposed the edit."""
@@ -504,7 +522,7 @@ class GateEventRow(Record):
     """Task after which the edit was proposed."""
     stream_position: int
     """Position of that task."""
-    kind: Literal["lesson", "bullet", "skill", "tool", "prompt"]
+    kind: GateKind
     """What the edit changes: a memory lesson, playbook bullets, a skill, a learnt tool, the prompt."""
     edit_id: str
     """Id of the edit (the memory item, delta, skill or tool)."""
@@ -527,6 +545,8 @@ class SafetyEventRow(Record):
     written or when it was retrieved for a task (`variant.safety`)."""
 
     table: ClassVar[str] = "safety_events"
+    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("decision", {
+        "allowed": "safety_allowed", "blocked": "safety_blocked", "flagged": "safety_flagged"})
 
     run_id: str
     """Agent run whose item it is."""
@@ -538,7 +558,7 @@ class SafetyEventRow(Record):
     """Position of that task."""
     stage: Literal["write", "retrieve"]
     """write: before the item is stored; retrieve: before it goes into a prompt."""
-    kind: Literal["lesson", "bullet", "skill", "tool"]
+    kind: EditKind
     """What was checked."""
     item_id: str
     """Id of the item checked."""
