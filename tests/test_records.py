@@ -40,12 +40,12 @@ def test_usage_sums_and_keeps_unknown_cost_unknown():
     assert (a + Usage(cost_usd=None)).cost_usd is None
 
 
-def test_readme_column_reference_is_generated_from_the_records():
+def test_docs_column_reference_is_generated_from_the_records():
     from pathlib import Path
 
     from harness.records import columns_markdown
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("<!-- columns:")
-    section = readme[readme.index("\n", start) + 1:readme.index("\n<!-- end of columns -->")]
-    assert section == columns_markdown(), "regenerate README columns from harness.records.columns_markdown()"
+    page = (Path(__file__).resolve().parents[1] / "docs" / "columns.md").read_text()
+    start = page.index("<!-- columns:")
+    section = page[page.index("\n", start) + 1:page.index("\n<!-- end of columns -->")]
+    assert section == columns_markdown(), "regenerate docs/columns.md from harness.records.columns_markdown()"
