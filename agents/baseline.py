@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from agents.base import Agent, Attempt
+from agents.base import Agent
 from envs.base import EnvEpisode
+from harness.agent_api import Attempt
 
 
 class BaselineAgent(Agent):

@@ -10,18 +10,20 @@ import asyncio
 from collections import Counter
 from typing import Any, Literal
 
-from agents.base import Agent, Attempt
+from agents.base import Agent
 from envs.base import EnvEpisode, extract_answer, normalize
+from harness.agent_api import AgentContext, Attempt
 
 
 class BestOfKAgent(Agent):
-    def __init__(self, *args: Any, k: int = 5, temperature: float = 0.7,
+    def __init__(self, context: AgentContext, k: int = 5, temperature: float = 0.7,
                  select: Literal["majority", "judge"] = "majority", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(context, **kwargs)
         if k < 1:
             raise ValueError(f"variant.k must be >= 1, got {k}")
         if select not in ("majority", "judge"):
             raise ValueError(f"variant.select must be majority or judge, got {select!r}")
+        self.judge = context.judge
         if select == "judge" and self.judge is None:
             raise ValueError("variant.select=judge needs a variant.judge section")
         self.k = k

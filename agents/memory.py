@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from agents.baseline import BaselineAgent
+from harness.agent_api import AgentContext
 
 
 class MemoryAgent(BaselineAgent):
-    def __init__(self, *args: Any, memory: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, context: AgentContext, memory: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if memory is None:
             raise ValueError("variant=memory needs a variant.memory section")
-        super().__init__(*args, memory=memory, **kwargs)
+        super().__init__(context, memory=memory, **kwargs)

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.base import AttemptResult, Feedback
 from envs.base import TaskView
-from harness.model_client import Message, ModelClient
+from harness.agent_api import AttemptResult, Feedback, Message, ModelClient, Recorder
+from harness.records import MemoryEventRow
 
 MemoryMode = Literal["lessons", "examples"]
 
@@ -69,15 +69,18 @@ def item_model(dim: int) -> type[Any]:
 
 
 class EpisodicMemory:
-    def __init__(self, llm: ModelClient, directory: str | Path, table: str, mode: MemoryMode = "lessons",
+    def __init__(self, llm: ModelClient, recorder: Recorder, directory: str | Path, table: str,
+                 mode: MemoryMode = "lessons",
                  top_k: int = 3, capacity: int = 200, min_similarity: float = 0.0,
-                 failure_importance: float = 0.5, distill_prompt: str = DISTILL_PROMPT,
+                 failure_importance: float = 0.5, distill_prompt: str | None = None,
                  index_from: int = 5000) -> None:
+        distill_prompt = distill_prompt or DISTILL_PROMPT  # null in the yaml: the built-in prompt
         if mode not in ("lessons", "examples"):
             raise ValueError(f"variant.memory.mode must be lessons or examples, got {mode!r}")
         if top_k < 1 or capacity < 1:
             raise ValueError("variant.memory.top_k and variant.memory.capacity must be >= 1")
         self.llm = llm
+        self.recorder = recorder
         self.directory = Path(directory)
         self.table_name = table
         self.mode: MemoryMode = mode
@@ -94,12 +97,6 @@ class EpisodicMemory:
         self._query: tuple[str, list[float]] | None = None  # the current task's question, embedded once
         self._probe_vectors: dict[str, list[float]] = {}  # the sealed gate's probe questions, embedded once
         self._screened: dict[tuple[str, str], bool] = {}  # (id, text) -> the retrieval check's verdict
-        self._events: list[dict[str, Any]] = []
-
-    def take_events(self) -> list[dict[str, Any]]:
-        """memory_events rows (see harness.records.MemoryEventRow) since the last call."""
-        events, self._events = self._events, []
-        return events
 
     async def _ranked(self, vector: list[float]) -> list[tuple[float, dict[str, Any]]]:
         """Stored items near `vector` above min_similarity, best first by similarity x importance."""
@@ -135,7 +132,7 @@ class EpisodicMemory:
         for similarity, row in scored[: self.top_k]:
             self.recalled.append(Recalled(memory_id=row["memory_id"], text=row["text"],
                                           question=row["question"], similarity=similarity))
-            self._events.append(self._event("retrieve", row, similarity))
+            self._event("retrieve", row, similarity)
         if self.recalled:
             ids = ", ".join(f"'{r.memory_id}'" for r in self.recalled)
             await self._table.update(where=f"memory_id IN ({ids})",
@@ -202,7 +199,7 @@ class EpisodicMemory:
         table = await self._open(len(vector))
         await table.add([row])
         self.size += 1
-        self._events.append(self._event("insert", row, None))
+        self._event("insert", row, None)
         if self.size > self.capacity:
             await self._evict()
         await self._maintain_index(table)
@@ -258,7 +255,7 @@ class EpisodicMemory:
         victim = min(rows, key=lambda r: (r["importance"], r["access_count"], r["source_position"]))
         await self._table.delete(f"memory_id = '{victim['memory_id']}'")
         self.size -= 1
-        self._events.append(self._event("evict", victim, None))
+        self._event("evict", victim, None)
 
     async def _open(self, dim: int) -> Any:
         if self._table is None:
@@ -270,10 +267,10 @@ class EpisodicMemory:
         return self._table
 
     def _event(self, event: Literal["insert", "retrieve", "evict"], row: dict[str, Any],
-               similarity: float | None) -> dict[str, Any]:
-        return {"event": event, "memory_id": row["memory_id"], "kind": self.mode, "text": row["text"],
-                "source_task_id": row["source_task_id"], "similarity": similarity,
-                "importance": row["importance"], "verified": row["verified"]}
+               similarity: float | None) -> None:
+        self.recorder.emit(MemoryEventRow, event=event, memory_id=row["memory_id"], kind=self.mode,
+                           text=row["text"], source_task_id=row["source_task_id"], similarity=similarity,
+                           importance=row["importance"], verified=row["verified"])
 
 
 def cosine(a: list[float], b: list[float]) -> float:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.base import TuningSet
 from agents.baseline import BaselineAgent
+from harness.agent_api import AgentContext, TuningSet
+from harness.records import PromptRow
 
 META_PROMPT = (
     "You write instructions (system prompts) for an assistant that answers questions like these:\n"
@@ -25,9 +26,10 @@ META_PROMPT = (
 
 
 class OproAgent(BaselineAgent):
-    def __init__(self, *args: Any, steps: int = 3, tuning_limit: int = 20, meta_examples: int = 3,
-                 meta_prompt: str = META_PROMPT, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, context: AgentContext, steps: int = 3, tuning_limit: int = 20, meta_examples: int = 3,
+                 meta_prompt: str | None = None, **kwargs: Any) -> None:
+        meta_prompt = meta_prompt or META_PROMPT  # null in the yaml: the built-in prompt
+        super().__init__(context, **kwargs)
         if steps < 1 or tuning_limit < 1:
             raise ValueError("variant.steps and variant.tuning_limit must be >= 1")
         if "{history}" not in meta_prompt or "{examples}" not in meta_prompt:
@@ -37,7 +39,6 @@ class OproAgent(BaselineAgent):
         self.meta_examples = meta_examples
         self.meta_prompt = meta_prompt
         self.protocol = "online"  # until prepare() has tuned
-        self._candidates: list[dict[str, Any]] = []  # prompts rows (harness.records.PromptRow)
 
     async def prepare(self, tuning: TuningSet) -> None:
         self.protocol = "held_out" if tuning.held_out else "resubstitution"
@@ -55,12 +56,6 @@ class OproAgent(BaselineAgent):
                 history.append((proposal, await tuning.evaluate(proposal, n)))
         best = max(range(len(history)), key=lambda i: (history[i][1], -i))  # ties: the earlier prompt
         self.system_prompt = history[best][0]
-        self._candidates = [{"step": i, "prompt": p, "tuning_score": s, "tuning_tasks": n,
-                             "selected": i == best, "protocol": self.protocol}
-                            for i, (p, s) in enumerate(history)]
-
-    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
-        rows = super().take_rows()
-        if self._candidates:
-            rows["prompts"], self._candidates = list(self._candidates), []
-        return rows
+        for i, (prompt, score) in enumerate(history):
+            self.recorder.emit(PromptRow, step=i, prompt=prompt, tuning_score=score, tuning_tasks=n,
+                               selected=i == best, protocol=self.protocol)

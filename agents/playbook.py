@@ -24,14 +24,15 @@ Every change is a row of `playbook_events`.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, Attempt, Feedback
+from agents.base import Agent
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
+from harness.agent_api import AgentContext, Attempt, Feedback, Render
+from harness.records import GateKind, PlaybookEventRow
 
 SECTIONS = ("strategies", "pitfalls", "formats")
 REFLECT_PROMPT = (
@@ -115,11 +116,12 @@ def words(bullets: list[Bullet]) -> int:
 
 
 class PlaybookAgent(Agent):
-    def __init__(self, *args: Any, reflect_prompt: str = REFLECT_PROMPT,
-                 curate_prompt: str = CURATE_PROMPT, merge_similarity: float = 0.9, max_words: int = 300,
-                 fallback_add: bool = True,
-                 workdir: str | None = None, run_id: str = "agent", **kwargs: Any) -> None:
-        super().__init__(*args, workdir=workdir, run_id=run_id, **kwargs)
+    def __init__(self, context: AgentContext, reflect_prompt: str | None = None,
+                 curate_prompt: str | None = None, merge_similarity: float = 0.9, max_words: int = 300,
+                 fallback_add: bool = True, **kwargs: Any) -> None:
+        reflect_prompt = reflect_prompt or REFLECT_PROMPT  # null in the yaml: the built-in prompt
+        curate_prompt = curate_prompt or CURATE_PROMPT  # null in the yaml: the built-in prompt
+        super().__init__(context, **kwargs)
         for name, prompt, fields in (
                 ("reflect_prompt", reflect_prompt, ("{question}", "{answer}", "{bullets}")),
                 ("curate_prompt", curate_prompt, ("{insight}", "{bullets}"))):
@@ -135,14 +137,13 @@ class PlaybookAgent(Agent):
         self.fallback_add = fallback_add
         self.bullets: list[Bullet] = []
         self.next_id = 1
-        self._directory = Path(workdir or ".") / "playbook"
-        self._table_name = run_id
+        self._directory = context.workdir / "playbook"
+        self._table_name = context.run_id
         self._table: Any = None
         self._screened: dict[str, tuple[str, bool]] = {}  # bullet id -> (text checked, allowed)
         self._shown: list[Bullet] = []
-        self._events: list[dict[str, Any]] = []
 
-    def gated_edits(self) -> tuple[Literal["lesson", "bullet"], ...]:
+    def gated_edits(self) -> tuple[GateKind, ...]:
         return ("bullet", *super().gated_edits())
 
     async def solve(self, episode: EnvEpisode) -> Attempt:
@@ -217,11 +218,11 @@ class PlaybookAgent(Agent):
             return
         text = "; ".join(f"{kind} {b.bullet_id}: {b.text}" for kind, b, _ in events)
         # Bullets were checked for safety one by one (`_safe`); the gate judges the delta as a whole.
-        if self.gate is not None and not (await self.gate.audit(
-                "bullet", f"delta@{self.stream_position}", text, self._renderer(self.bullets),
-                self._renderer(candidate))).accepted:
-            self._events.append({"event": "rejected", "bullet_id": "delta", "section": "",
-                                 "text": text[:2000], "helpful": 0, "harmful": 0, "similarity": None})
+        audit = await self.guard.audit("bullet", f"delta@{self.stream_position}", text,
+                                       self._renderer(self.bullets), self._renderer(candidate))
+        if audit is not None and not audit.accepted:
+            self.recorder.emit(PlaybookEventRow, event="rejected", bullet_id="delta", section="",
+                               text=text[:2000], helpful=0, harmful=0, similarity=None)
             return
         self.bullets, self.next_id = candidate, next_id
         await self._sync()
@@ -229,21 +230,19 @@ class PlaybookAgent(Agent):
             self._event(kind, bullet, similarity)
 
     async def _safe(self, op: Operation, item: str) -> bool:
-        if self.safety is None:
+        if await self.guard.check("bullet", item, op.text):
             return True
-        if await self.safety.check(op.text, "write", "bullet", item):
-            return True
-        self._events.append({"event": "rejected", "bullet_id": item, "section": op.section,
-                             "text": op.text, "helpful": 0, "harmful": 0, "similarity": None})
+        self.recorder.emit(PlaybookEventRow, event="rejected", bullet_id=item, section=op.section,
+                           text=op.text, helpful=0, harmful=0, similarity=None)
         return False
 
     async def _allowed(self, bullet: Bullet) -> bool:
         """The retrieval-time safety check, once per bullet text (again after an edit)."""
-        if self.safety is None:
+        if self.guard.safety is None:
             return True
         seen = self._screened.get(bullet.bullet_id)
         if seen is None or seen[0] != bullet.text:
-            seen = (bullet.text, await self.screen("bullet", bullet.bullet_id, bullet.text))
+            seen = (bullet.text, await self.guard.screen("bullet", bullet.bullet_id, bullet.text))
             self._screened[bullet.bullet_id] = seen
         return seen[1]
 
@@ -251,7 +250,7 @@ class PlaybookAgent(Agent):
         """The bullets not blocked by the retrieval check (as far as it has checked them)."""
         return [b for b in self.bullets if self._screened.get(b.bullet_id, (b.text, True))[1]]
 
-    def _renderer(self, bullets: list[Bullet]) -> Any:
+    def _renderer(self, bullets: list[Bullet]) -> Render:
         playbook = render(bullets)
         prompt = f"{self.system_prompt}\n\n{playbook}" if playbook else self.system_prompt
 
@@ -274,18 +273,12 @@ class PlaybookAgent(Agent):
         self._table = await db.create_table(self._table_name, data=rows, mode="overwrite")
 
     def _event(self, kind: str, bullet: Bullet, similarity: float | None = None) -> None:
-        self._events.append({"event": kind, "bullet_id": bullet.bullet_id, "section": bullet.section,
-                             "text": bullet.text, "helpful": bullet.helpful, "harmful": bullet.harmful,
-                             "similarity": similarity})
+        self.recorder.emit(PlaybookEventRow, event=kind, bullet_id=bullet.bullet_id, section=bullet.section,
+                           text=bullet.text, helpful=bullet.helpful, harmful=bullet.harmful,
+                           similarity=similarity)
 
     def memory_size(self) -> int | None:
         return len(self.bullets) + (super().memory_size() or 0)
-
-    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
-        rows = super().take_rows()
-        if self._events:
-            rows["playbook_events"], self._events = self._events, []
-        return rows
 
     def export_state(self) -> dict[str, Any]:
         return {**super().export_state(), "next_id": self.next_id,

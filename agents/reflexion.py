@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.base import Agent, Attempt, AttemptResult, Trial
+from agents.base import Agent
 from envs.base import EnvEpisode, TaskView
+from harness.agent_api import AgentContext, Attempt, AttemptResult, Trial
 
 REFLECT_PROMPT = (
     "You answered a question and your answer was judged wrong.\n"
@@ -16,9 +17,10 @@ REFLECT_PROMPT = (
 
 
 class ReflexionAgent(Agent):
-    def __init__(self, *args: Any, reflect_prompt: str = REFLECT_PROMPT, max_attempts: int = 3,
+    def __init__(self, context: AgentContext, reflect_prompt: str | None = None, max_attempts: int = 3,
                  **kwargs: Any) -> None:
-        super().__init__(*args, max_attempts=max_attempts, **kwargs)
+        reflect_prompt = reflect_prompt or REFLECT_PROMPT  # null in the yaml: the built-in prompt
+        super().__init__(context, max_attempts=max_attempts, **kwargs)
         if "{question}" not in reflect_prompt or "{answer}" not in reflect_prompt:
             raise ValueError("variant.reflect_prompt must contain {question} and {answer}")
         self.reflect_prompt = reflect_prompt

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.base import Agent, Attempt
+from agents.base import Agent
 from envs.base import EnvEpisode
+from harness.agent_api import AgentContext, Attempt
 
 
 class RetryAgent(Agent):
-    def __init__(self, *args: Any, retry_temperature: float = 0.7, max_attempts: int = 3,
+    def __init__(self, context: AgentContext, retry_temperature: float = 0.7, max_attempts: int = 3,
                  **kwargs: Any) -> None:
-        super().__init__(*args, max_attempts=max_attempts, **kwargs)
+        super().__init__(context, max_attempts=max_attempts, **kwargs)
         if retry_temperature < 0:
             raise ValueError(f"variant.retry_temperature must be >= 0, got {retry_temperature}")
         self.retry_temperature = retry_temperature

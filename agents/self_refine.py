@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agents.base import Agent, Attempt
+from agents.base import Agent
 from envs.base import EnvEpisode
+from harness.agent_api import AgentContext, Attempt
 
 CRITIQUE_PROMPT = (
     "Question: {question}\nProposed answer: {answer}\n\n"
@@ -27,9 +28,11 @@ _CORRECT = re.compile(r"^\W*correct\b", re.IGNORECASE)
 
 
 class SelfRefineAgent(Agent):
-    def __init__(self, *args: Any, max_rounds: int = 2, critique_prompt: str = CRITIQUE_PROMPT,
-                 refine_prompt: str = REFINE_PROMPT, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, context: AgentContext, max_rounds: int = 2, critique_prompt: str | None = None,
+                 refine_prompt: str | None = None, **kwargs: Any) -> None:
+        critique_prompt = critique_prompt or CRITIQUE_PROMPT  # null in the yaml: the built-in prompt
+        refine_prompt = refine_prompt or REFINE_PROMPT  # null in the yaml: the built-in prompt
+        super().__init__(context, **kwargs)
         if max_rounds < 1:
             raise ValueError(f"variant.max_rounds must be >= 1, got {max_rounds}")
         if "{question}" not in critique_prompt or "{answer}" not in critique_prompt:

@@ -21,9 +21,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, Attempt, AttemptResult, Feedback, Trial
+from agents.base import Agent
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
+from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Render, Trial
+from harness.records import GateKind, SkillEventRow
 
 PROPOSE_PROMPT = (
     "You keep a library of short, reusable skills for tasks like these.\n"
@@ -46,11 +48,12 @@ class Skill(BaseModel):
 
 
 class SkillsAgent(Agent):
-    def __init__(self, *args: Any, max_skills: int = 8, top_k: int = 2, min_similarity: float = 0.0,
+    def __init__(self, context: AgentContext, max_skills: int = 8, top_k: int = 2,
+                 min_similarity: float = 0.0,
                  propose_on: Literal["failure", "always"] = "failure", successes_kept: int = 3,
-                 propose_prompt: str = PROPOSE_PROMPT, gate: Literal["none", "sealed"] = "sealed",
-                 accept_ties: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, gate=gate, accept_ties=accept_ties, **kwargs)
+                 propose_prompt: str | None = None, **kwargs: Any) -> None:
+        propose_prompt = propose_prompt or PROPOSE_PROMPT  # null in the yaml: the built-in prompt
+        super().__init__(context, **kwargs)
         if max_skills < 1 or top_k < 1 or successes_kept < 0:
             raise ValueError("variant.max_skills and variant.top_k must be >= 1, variant.successes_kept >= 0")
         if propose_on not in ("failure", "always"):
@@ -69,9 +72,8 @@ class SkillsAgent(Agent):
         self.successes: dict[str, list[tuple[str, str]]] = defaultdict(list)
         self.retrieved: list[Skill] = []
         self._vectors: dict[str, list[float]] = {}  # question -> embedding, embedded once per run
-        self._events: list[dict[str, Any]] = []
 
-    def gated_edits(self) -> tuple[Literal["lesson", "skill"], ...]:
+    def gated_edits(self) -> tuple[GateKind, ...]:
         return ("skill", *super().gated_edits())
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
@@ -80,7 +82,7 @@ class SkillsAgent(Agent):
         for similarity, skill in ranked:
             if len(self.retrieved) == self.top_k:
                 break
-            if await self.screen("skill", skill.skill_id, skill.text):
+            if await self.guard.screen("skill", skill.skill_id, skill.text):
                 self.retrieved.append(skill)
                 self._event("retrieved", skill, similarity=similarity)
         return await super().run_task(trial)
@@ -121,17 +123,18 @@ class SkillsAgent(Agent):
                       vector=await self._vector(task.question), position=self.stream_position)
         self.next_id += 1
         self._event("proposed", skill)
-        if self.safety is not None and not await self.safety.check(text, "write", "skill", skill.skill_id):
+        if not await self.guard.check("skill", skill.skill_id, text):
             self._event("rejected", skill, reason="blocked by the safety check")
             return
-        if self.gate is not None:
-            audit = await self.gate.audit("skill", skill.skill_id, text, self._renderer(self.library),
-                                          self._renderer([*self.library, skill]))
+        audit = await self.guard.audit("skill", skill.skill_id, text, self._renderer(self.library),
+                                       self._renderer([*self.library, skill]))
+        if audit is not None:
             probe = {"probe_tasks": audit.probe_tasks, "incumbent_correct": audit.incumbent_correct,
                      "candidate_correct": audit.candidate_correct, "regressions": audit.regressions}
             if not audit.accepted:
-                reason = (f"{audit.regressions} regressions (budget {self.regression_budget})"
-                          if audit.regressions > self.regression_budget else "no net improvement")
+                budget = self.guard.gate.regression_budget if self.guard.gate is not None else 0
+                reason = (f"{audit.regressions} regressions (budget {budget})"
+                          if audit.regressions > budget else "no net improvement")
                 self._event("rejected", skill, reason=reason, **probe)
                 return
             self._event("admitted", skill, **probe)
@@ -143,7 +146,7 @@ class SkillsAgent(Agent):
             self.library.remove(victim)
             self._event("evicted", victim)
 
-    def _renderer(self, library: list[Skill]) -> Any:
+    def _renderer(self, library: list[Skill]) -> Render:
         async def system(view: TaskView) -> str:
             ranked = await self._rank(library, view.question)
             return self._system([skill for _, skill in ranked[: self.top_k]])
@@ -166,19 +169,13 @@ class SkillsAgent(Agent):
     def _event(self, event: str, skill: Skill, similarity: float | None = None, reason: str | None = None,
                probe_tasks: int | None = None, incumbent_correct: int | None = None,
                candidate_correct: int | None = None, regressions: int | None = None) -> None:
-        self._events.append({"event": event, "skill_id": skill.skill_id, "family": skill.family,
-                             "text": skill.text, "probe_tasks": probe_tasks,
-                             "incumbent_correct": incumbent_correct, "candidate_correct": candidate_correct,
-                             "regressions": regressions, "reason": reason, "similarity": similarity})
+        self.recorder.emit(SkillEventRow, event=event, skill_id=skill.skill_id, family=skill.family,
+                           text=skill.text, probe_tasks=probe_tasks, incumbent_correct=incumbent_correct,
+                           candidate_correct=candidate_correct, regressions=regressions, reason=reason,
+                           similarity=similarity)
 
     def memory_size(self) -> int | None:
         return len(self.library) + (super().memory_size() or 0)
-
-    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
-        rows = super().take_rows()
-        if self._events:
-            rows["skill_events"], self._events = self._events, []
-        return rows
 
     def export_state(self) -> dict[str, Any]:
         return {**super().export_state(), "next_id": self.next_id,

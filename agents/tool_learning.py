@@ -23,11 +23,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.base import Attempt, AttemptResult, Feedback, OwnTool, Trial
+from agents.acting import OwnTool
 from agents.baseline import BaselineAgent
 from agents.sandbox import Sandbox
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall, ToolResult
+from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, LearntState, Render, Trial
+from harness.records import GateKind, ToolEventRow
 
 TOOLGEN_PROMPT = (
     "Write a Python function `tool(question: str) -> str` that returns the answer to questions like "
@@ -73,11 +75,12 @@ def check_tool_code(code: str) -> str | None:
 
 
 class ToolLearningAgent(BaselineAgent):
-    def __init__(self, *args: Any, tool_use: Literal["hint", "answer"] = "hint",
-                 generate_on: Literal["failure", "always"] = "failure", toolgen_prompt: str = TOOLGEN_PROMPT,
+    def __init__(self, context: AgentContext, tool_use: Literal["hint", "answer"] = "hint",
+                 generate_on: Literal["failure", "always"] = "failure", toolgen_prompt: str | None = None,
                  toolgen_max_tokens: int = 512, sandbox: dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        toolgen_prompt = toolgen_prompt or TOOLGEN_PROMPT  # null in the yaml: the built-in prompt
+        super().__init__(context, **kwargs)
         if tool_use not in ("hint", "answer"):
             raise ValueError(f"variant.tool_use must be hint or answer, got {tool_use!r}")
         if generate_on not in ("failure", "always"):
@@ -90,7 +93,6 @@ class ToolLearningAgent(BaselineAgent):
         self.tools: dict[str, Tool] = {}
         self._task: TaskView | None = None
         self._offered = False  # the family's tool passed the retrieval check for this task
-        self._events: list[dict[str, Any]] = []  # tool_events rows (harness.records.ToolEventRow)
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         self._task = trial.task
@@ -99,7 +101,7 @@ class ToolLearningAgent(BaselineAgent):
     async def solve(self, episode: EnvEpisode) -> Attempt:
         assert self._task is not None
         tool = self.tools.get(self._task.family)
-        if tool is not None and not await self.screen("tool", tool.tool_id, tool.code):
+        if tool is not None and not await self.guard.screen("tool", tool.tool_id, tool.code):
             tool = None  # the safety check keeps it out of this task
         self._offered = tool is not None
         system = self.system_prompt
@@ -151,25 +153,25 @@ class ToolLearningAgent(BaselineAgent):
         if problem is not None:
             self._record("rejected", tool, None, problem)
             return
-        if self.safety is not None and not await self.safety.check(tool.code, "write", "tool", tool.tool_id):
+        if not await self.guard.check("tool", tool.tool_id, tool.code):
             self._record("rejected", tool, None, "blocked by the safety check")
             return
         trial_run = await self.sandbox.arun(tool.code, feedback.task.question)
         if not trial_run.ok:
             self._record("rejected", tool, None, trial_run.error)
             return
-        if self.gate is not None and not (await self.gate.audit(
-                "tool", tool.tool_id, tool.code, self._hinted(self.tools.get(tool.family)),
-                self._hinted(tool))).accepted:
+        audit = await self.guard.audit("tool", tool.tool_id, tool.code,
+                                       self._hinted(self.tools.get(tool.family)), self._hinted(tool))
+        if audit is not None and not audit.accepted:
             self._record("rejected", tool, None, "rejected by the sealed gate")
             return
         self.tools[tool.family] = tool
         self._record("registered", tool, trial_run.value, None)
 
-    def gated_edits(self) -> tuple[Any, ...]:
+    def gated_edits(self) -> tuple[GateKind, ...]:
         return ("tool", *super().gated_edits())
 
-    def _hinted(self, tool: Tool | None) -> Any:
+    def _hinted(self, tool: Tool | None) -> Render:
         """The sealed gate's probe prompts with this tool's result as the hint (its family's items)."""
         async def system(view: TaskView) -> str:
             if tool is None or view.family != tool.family:
@@ -188,14 +190,11 @@ class ToolLearningAgent(BaselineAgent):
         super().import_state(state)
         self.tools = {tool["family"]: Tool(**tool) for tool in state.get("tools", [])}
 
-    def take_rows(self) -> dict[str, list[dict[str, Any]]]:
-        rows = super().take_rows()
-        if self._events:
-            rows["tool_events"], self._events = list(self._events), []
-        return rows
+    async def export_learnt(self) -> LearntState:
+        return (await super().export_learnt()).model_copy(update={"tools": len(self.tools)})
 
     def _record(self, event: Literal["registered", "rejected", "used", "failed"], tool: Tool,
                 output: str | None, error: str | None) -> None:
-        self._events.append({"event": event, "tool_id": tool.tool_id, "family": tool.family,
-                             "code": tool.code[:4000], "output": output[:500] if output else None,
-                             "error": error, "isolation": self.sandbox.isolation})
+        self.recorder.emit(ToolEventRow, event=event, tool_id=tool.tool_id, family=tool.family,
+                           code=tool.code[:4000], output=output[:500] if output else None, error=error,
+                           isolation=self.sandbox.isolation)

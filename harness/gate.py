@@ -20,29 +20,16 @@ import hashlib
 import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from envs.base import EnvEpisode, Environment, Task, TaskView
+from harness.agent_api import Audit, Recorder, Render
+from harness.records import GateEventRow, GateKind
 
 PARALLEL_PROBES = 4
 """Probe episodes run at once (the model's own concurrency limit still applies)."""
-GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
-Render = Callable[[TaskView], Awaitable[str]]
-"""The system prompt a state gives for a task (its lessons, playbook or retrieved skills)."""
 Actor = Callable[[EnvEpisode, list[dict[str, Any]]], Awaitable[Any]]
 """Acts in an episode from these opening messages, billing its calls as `validate`."""
-
-
-class Audit(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    probe_tasks: int
-    incumbent_correct: int
-    candidate_correct: int
-    regressions: int
-    accepted: bool
 
 
 def balanced_probe(tasks: list[Task], size: int, seed: int) -> list[Task]:
@@ -61,7 +48,7 @@ def balanced_probe(tasks: list[Task], size: int, seed: int) -> list[Task]:
 
 
 class SealedGate:
-    def __init__(self, tasks: list[Task], env: Environment, actor: Actor, size: int = 10,
+    def __init__(self, tasks: list[Task], env: Environment, actor: Actor, recorder: Recorder, size: int = 10,
                  regression_budget: int = 0, accept_ties: bool = False, seed: int = 0) -> None:
         if not tasks:
             raise ValueError("the sealed gate needs held-out probe tasks (a tuning split)")
@@ -70,13 +57,8 @@ class SealedGate:
         self.actor = actor
         self.regression_budget = regression_budget
         self.accept_ties = accept_ties
+        self.recorder = recorder
         self._outcomes: dict[tuple[str, str], bool] = {}
-        self._events: list[dict[str, Any]] = []
-
-    def take_events(self) -> list[dict[str, Any]]:
-        """gate_events rows (harness.records.GateEventRow) since the last call."""
-        events, self._events = self._events, []
-        return events
 
     async def audit(self, kind: GateKind, edit_id: str, text: str, incumbent: Render,
                     candidate: Render) -> Audit:
@@ -88,8 +70,7 @@ class SealedGate:
         accepted = regressions <= self.regression_budget and (net > 0 or (self.accept_ties and net == 0))
         audit = Audit(probe_tasks=len(self.items), incumbent_correct=sum(before),
                       candidate_correct=sum(after), regressions=regressions, accepted=accepted)
-        self._events.append({"kind": kind, "edit_id": edit_id, "text": text[:2000],
-                             **audit.model_dump()})
+        self.recorder.emit(GateEventRow, kind=kind, edit_id=edit_id, text=text[:2000], **audit.model_dump())
         return audit
 
     async def _run(self, render: Render) -> list[bool]:

@@ -16,12 +16,11 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from envs.tool_calls import ToolCall
+from harness.agent_api import Completion, Message
 from harness.budget import RunLedger
 from harness.config import BudgetSettings, CacheSettings
 from harness.records import LLMCall, Purpose, TranscriptRow, Usage
 
-Message = dict[str, Any]
-"""A chat message: role and content, and for function calling `tool_calls` / `tool_call_id`."""
 BUDGET_EXHAUSTED = "BudgetExhausted"
 """Prefix of the error of a call the gateway refused because the run's budget was spent."""
 
@@ -63,15 +62,6 @@ class CallResult(BaseModel):
     """The error says the model cannot be used at all (a bad key, no access, no such model)."""
 
 
-class Completion(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    text: str
-    usage: Usage
-    call_id: str
-    tool_calls: list[ToolCall] = []
-
-
 class ModelCallError(RuntimeError):
     """A model call failed after the gateway's retries; its record is kept all the same."""
 
@@ -100,19 +90,9 @@ class GatewayLink(Protocol):
     async def call(self, request: CallRequest) -> CallResult: ...
 
 
-class ModelClient(Protocol):
-    """The only way agents reach a model."""
-
-    function_calling: bool
-    """The model takes `tools` and answers with `tool_calls` (else tools go through the text protocol)."""
-
-    async def complete(self, messages: list[Message], purpose: Purpose = "act",
-                       **params: Any) -> Completion: ...
-
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
-
-
 class AgentModelClient:
+    """The ModelClient (harness/agent_api.py) of one agent run."""
+
     def __init__(self, gateway: GatewayLink, model: str, run_id: str,
                  default_params: dict[str, Any] | None = None, embedder: str | None = None,
                  model_endpoint: str | None = None, embedder_endpoint: str | None = None,

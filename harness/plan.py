@@ -137,12 +137,17 @@ def expected_episodes(spec: AgentRunSpec) -> int:
 
 
 def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwargs: Any) -> Any:
-    """`hydra.utils.instantiate`, with a bad target or option reported as a one-line ConfigError."""
+    """`hydra.utils.instantiate`, with a bad target or option reported as a one-line ConfigError.
+    `kwargs` are runtime objects passed to the constructor as they are (Hydra would turn a
+    dataclass into a config)."""
     try:
-        component = instantiate(cfg, _convert_="all", **kwargs)
+        component = instantiate(cfg, _convert_="all", _partial_=True)(**kwargs)
     except InstantiationException as error:
         cause = error.__cause__ or error
         message = " ".join(f"{type(cause).__name__}: {cause}".split())
+        raise ConfigError(f"invalid config: {field}: {message}") from None
+    except (TypeError, ValueError) as error:  # the constructor refused an option
+        message = " ".join(f"{type(error).__name__}: {error}".split())
         raise ConfigError(f"invalid config: {field}: {message}") from None
     if not isinstance(component, expected):
         raise ConfigError(f"invalid config: {field}._target_: {cfg['_target_']} is not a {expected.__name__}")

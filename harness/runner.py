@@ -16,10 +16,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from agents.base import Agent, AttemptResult, Feedback, Trial, TuningSet
 from envs.base import EnvEpisode, Environment, Task, TaskView
+from harness.agent_api import Agent, Attempt, AttemptResult, Feedback, Recorder, Scorer, Trial, TuningSet
+from harness.assembly import build_agent, split_options
 from harness.errors import one_line
-from harness.gate import SealedGate
+from harness.judge import Judge
 from harness.model_client import (
     BUDGET_EXHAUSTED,
     AgentModelClient,
@@ -28,8 +29,8 @@ from harness.model_client import (
     ModelCallError,
     ModelUnavailable,
 )
-from harness.plan import AgentRunSpec, episode_id, instantiate_component, probe_points
-from harness.records import TABLES, AttemptRow, Episode, LLMCall, SnapshotRow, TranscriptRow, Usage
+from harness.plan import AgentRunSpec, episode_id, probe_points
+from harness.records import AttemptRow, Episode, LLMCall, SnapshotRow, TranscriptRow, Usage
 from harness.redact import RedactingSink, Redactor
 from harness.snapshots import load_snapshot, save_snapshot
 
@@ -56,15 +57,30 @@ class RunOutcome(BaseModel):
 
 
 class EnvTrial(Trial):
-    """A task in an environment; each attempt is a fresh episode and relabels the model calls."""
+    """A task in an environment; each attempt is a fresh episode and relabels the model calls. An
+    attempt is assessed by the environment's checker and, where configured, the judge (which never
+    sees the reference); the agent is told the reward `reward_source` names."""
 
-    def __init__(self, task: Task, env: Environment, llm: AgentModelClient) -> None:
+    def __init__(self, task: Task, env: Environment, llm: AgentModelClient, judge: Scorer | None = None,
+                 reward_source: str = "truth") -> None:
         self.task = TaskView.of(task)
         self._task = task
         self.env = env
         self.llm = llm
+        self.judge = judge
+        self.reward_source = reward_source
         self.attempts_started = 0
         self._episodes: list[EnvEpisode] = []
+
+    async def assess(self, episode: EnvEpisode, attempt: Attempt, reflection: str | None) -> AttemptResult:
+        truth = episode.score()
+        judge_score = None
+        if self.judge is not None:
+            judge_score = await self.judge.score(self.task.question, attempt.final_output or "")
+        reward = judge_score if self.reward_source == "judge" and judge_score is not None else truth.score
+        return AttemptResult(number=self.attempts_started, response=truth.response,
+                             raw_response=attempt.final_output, steps=attempt.steps, success=truth.success,
+                             score=truth.score, judge_score=judge_score, reward=reward, reflection=reflection)
 
     def start_attempt(self) -> EnvEpisode:
         self.attempts_started += 1
@@ -107,26 +123,13 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def build_agent(spec: AgentRunSpec, llm: AgentModelClient) -> Agent:
-    agent: Agent = instantiate_component(spec.variant_cfg, "variant", Agent, llm=llm, seed=spec.seed,
-                                         workdir=spec.workdir, run_id=spec.run_id)
-    return agent
-
-
-async def start_agent(spec: AgentRunSpec, llm: AgentModelClient,
-                      env: Environment | None = None) -> Agent:
+async def start_agent(spec: AgentRunSpec, llm: AgentModelClient, env: Environment,
+                      recorder: Recorder) -> Agent:
     """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from;
-    with `variant.gate=sealed` (and an env to probe), its sealed gate on the run's tuning split."""
-    agent = build_agent(spec, llm)
+    with `variant.gate=sealed`, its sealed gate on the run's tuning split."""
+    agent = build_agent(spec, llm, recorder, env)
     if spec.start_from is not None:
         await load_snapshot(agent, Path(spec.start_from))
-    if agent.gate_mode == "sealed" and env is not None and not spec.frozen:
-        def probe(episode: EnvEpisode, messages: list[dict[str, Any]]) -> Any:
-            return agent.act(episode, messages, purpose="validate", record=False)
-
-        agent.gate = SealedGate(spec.tuning_tasks, env, probe, size=agent.probe_size,
-                                regression_budget=agent.regression_budget, accept_ties=agent.accept_ties,
-                                seed=spec.seed)
     return agent
 
 
@@ -146,8 +149,9 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                            embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
                            transcripts=spec.transcripts, function_calling=spec.function_calling)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
-    episodes = EpisodeRunner(spec, env, llm, sink)
-    agent = await start_agent(spec, llm, env)
+    recorder = Recorder()
+    episodes = EpisodeRunner(spec, env, llm, sink, recorder)
+    agent = await start_agent(spec, llm, env, recorder)
     probes = probe_points(spec)
     snapshots = snapshot_points(spec)
     tune = spec.start_from is None and not spec.frozen  # a snapshot's prompt is already tuned
@@ -159,7 +163,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
         if spec.scenario == "isolated" and position > 0:
-            agent = await start_agent(spec, llm, env)  # a fresh agent: nothing learnt is carried over
+            agent = await start_agent(spec, llm, env, recorder)  # fresh: nothing learnt is carried over
         fresh = position == 0 or spec.scenario == "isolated"
         await episodes.run(agent, task, position, prepare=tune and fresh, snapshot=position in snapshots)
         if position in probes:
@@ -171,11 +175,16 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
 class EpisodeRunner:
     """Runs one episode of an agent run and writes everything it produced."""
 
-    def __init__(self, spec: AgentRunSpec, env: Environment, llm: AgentModelClient, sink: RecordSink) -> None:
+    def __init__(self, spec: AgentRunSpec, env: Environment, llm: AgentModelClient, sink: RecordSink,
+                 recorder: Recorder) -> None:
         self.spec = spec
         self.env = env
         self.llm = llm
         self.sink = sink
+        self.recorder = recorder
+        options = split_options(spec.variant_cfg)[1]
+        self.reward_source = options.reward_source
+        self.judge = Judge(llm, **options.judge) if options.judge is not None else None
         self.finished = set(spec.finished)
         self.stopped_by: str | None = None
         """Set when the gateway refused a call because the run's budget was spent."""
@@ -212,8 +221,9 @@ class EpisodeRunner:
         this_episode = episode_id(spec.run_id, position, probe_index)
         sink = NULL_SINK if this_episode in self.finished else self.sink  # a resumed run replays these
         llm.start_episode(this_episode, task.task_id)
+        self.recorder.start_episode(spec.run_id, this_episode, task.task_id, position)
         started_at, clock = _now(), time.perf_counter()
-        trial = EnvTrial(task, self.env, llm)
+        trial = EnvTrial(task, self.env, llm, self.judge, self.reward_source)
         results: list[AttemptResult] = []
         error: str | None = None
         try:
@@ -255,8 +265,8 @@ class EpisodeRunner:
             AttemptRow(**where, attempt=r.number, response=r.response, raw_response=r.raw_response,
                        success=r.success, score=r.score, judge_score=r.judge_score, reward=r.reward,
                        steps=r.steps, reflection=r.reflection).model_dump() for r in results])
-        for table, rows in agent.take_rows().items():
-            sink.append(table, [TABLES[table](**where, **row).model_dump() for row in rows])
+        for table, rows in self.recorder.take().items():
+            sink.append(table, [row.model_dump() for row in rows])
         sink.append(SnapshotRow.table, saved)
         sink.append(Episode.table, [episode.model_dump()])
 

@@ -19,15 +19,13 @@ import json
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.parquet as pq
 
+from harness.agent_api import Agent
 from harness.config import ConfigError
 from harness.records import SnapshotRow
-
-if TYPE_CHECKING:
-    from agents.base import Agent
 
 STATE = "state.json"
 MEMORY = "memory.parquet"
@@ -44,28 +42,24 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
     target = run_dir / relative
     temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     temporary.mkdir(parents=True)
-    state = agent.export_state()
-    (temporary / STATE).write_text(json.dumps(state, indent=1))
-    items, version = (None, None)
-    if agent.memory is not None:
-        items, version = await agent.memory.export()
-    if items is not None:
-        pq.write_table(items, temporary / MEMORY, compression="zstd")
+    learnt = await agent.export_learnt()
+    (temporary / STATE).write_text(json.dumps(learnt.state, indent=1))
+    if learnt.memory is not None:
+        pq.write_table(learnt.memory, temporary / MEMORY, compression="zstd")
     if target.exists():  # the episode ran again after a crash: its snapshot is replaced whole
         shutil.rmtree(target)
     temporary.rename(target)
     return SnapshotRow(run_id=run_id, episode_id=episode_id, position=position, final=final, path=relative,
-                       memory_items=agent.memory.size if agent.memory is not None else None,
-                       memory_version=version, system_prompt=state["system_prompt"],
-                       tools=len(state.get("tools", [])), created_at=dt.datetime.now(dt.UTC)).model_dump()
+                       memory_items=learnt.memory_items, memory_version=learnt.memory_version,
+                       system_prompt=learnt.system_prompt, tools=learnt.tools,
+                       created_at=dt.datetime.now(dt.UTC)).model_dump()
 
 
 async def load_snapshot(agent: Agent, directory: Path) -> None:
     """Give a freshly built agent the state of the snapshot in `directory`."""
-    agent.import_state(json.loads((directory / STATE).read_text()))
     memory_file = directory / MEMORY
-    if agent.memory is not None and memory_file.exists():
-        await agent.memory.load(pq.read_table(memory_file))
+    await agent.import_learnt(json.loads((directory / STATE).read_text()),
+                              pq.read_table(memory_file) if memory_file.exists() else None)
 
 
 def parse_start_from(value: str) -> tuple[Path, str]:

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
+from harness.agent_api import Recorder
 from harness.config import HarnessConfig
 from harness.gateway import Gateway
 from harness.model_client import CallRequest, CallResult
@@ -90,3 +91,8 @@ def ray_session() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     yield
     ray.shutdown()
+
+
+def taken_rows(recorder: Recorder) -> dict[str, list[dict[str, Any]]]:
+    """The rows a recorder holds, by table, as the writer would receive them (and taken)."""
+    return {table: [row.model_dump() for row in rows] for table, rows in recorder.take().items()}

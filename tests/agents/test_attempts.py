@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 
 from agents.best_of_k import BestOfKAgent
+from harness.agent_api import AgentContext
 from tests.conftest import run_variant
 
 
@@ -91,7 +92,7 @@ def test_best_of_k_samples_k_distinct_draws_per_task():
 
 
 def test_best_of_k_submits_the_majority_answer_first_sampled_on_ties():
-    agent = BestOfKAgent(llm=None, k=4)
+    agent = BestOfKAgent(AgentContext(llm=None), k=4)
     assert asyncio.run(agent._choose("q", ["Rome", "Paris.", "paris", "Lyon"])) == "Paris."
     assert asyncio.run(agent._choose("q", ["Rome", "Lyon"])) == "Rome"
 

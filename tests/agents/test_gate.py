@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from envs.countries import CountryFacts
+from harness.agent_api import Recorder
 from harness.config import ConfigError
 from harness.gate import SealedGate, balanced_probe
 from harness.records import GateEventRow
@@ -40,7 +41,8 @@ def state(task_ids):
 
 def gate(**options) -> tuple[SealedGate, KnowsWhatItIsTold]:
     actor = KnowsWhatItIsTold()
-    return SealedGate(TUNING, CountryFacts(families=["capital", "region"]), actor, size=6, **options), actor
+    return SealedGate(TUNING, CountryFacts(families=["capital", "region"]), actor, Recorder(), size=6,
+                      **options), actor
 
 
 def audit(g: SealedGate, incumbent, candidate):
@@ -84,9 +86,9 @@ def test_every_audit_is_a_gate_event_and_an_unchanged_incumbent_is_not_run_again
     audit(g, ids[:1], ids[:2])
     audit(g, ids[:1], ids[:3])
     assert actor.calls == 6 * 3  # the incumbent once, each candidate once
-    events = g.take_events()
-    assert [e["candidate_correct"] for e in events] == [2, 3]
-    assert all(GateEventRow(**e, run_id="r", episode_id="e", task_id="t", stream_position=0) for e in events)
+    events = g.recorder.take()["gate_events"]
+    assert [e.candidate_correct for e in events] == [2, 3]
+    assert all(isinstance(e, GateEventRow) for e in events)
 
 
 def test_a_sealed_gate_needs_held_out_probes_and_an_agent_that_edits(tmp_path):

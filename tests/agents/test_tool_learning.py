@@ -5,15 +5,14 @@ import asyncio
 import pytest
 
 import agents.sandbox
-from agents.base import AttemptResult, Feedback
 from agents.sandbox import kernel_isolation_problem
 from agents.tool_learning import ToolLearningAgent, check_tool_code, extract_code
 from envs.base import Task, TaskView
 from envs.countries import CountryFacts
-from harness.model_client import Completion
+from harness.agent_api import AgentContext, AttemptResult, Completion, Feedback
 from harness.records import Usage
 from harness.runner import EnvTrial
-from tests.conftest import run_variant
+from tests.conftest import run_variant, taken_rows
 
 FRANCE = next(t for t in CountryFacts().tasks() if t.task_id == "capital:FRA")
 GOOD_TOOL = "```python\ndef tool(question):\n    return 'Paris'\n```"
@@ -43,7 +42,7 @@ def learn_from_failure(agent: ToolLearningAgent) -> dict:
     failure = AttemptResult(number=1, response="Lyon", steps=1, success=False, score=0.0,
                             judge_score=None, reward=0.0)
     asyncio.run(agent.learn(Feedback(task=TaskView.of(FRANCE), attempts=[failure])))
-    return agent.take_rows()
+    return taken_rows(agent.recorder)
 
 
 def test_code_checks():
@@ -56,18 +55,18 @@ def test_code_checks():
 
 def test_a_tool_that_passes_its_sandboxed_trial_is_registered_and_used_on_the_next_task():
     llm = FakeModel({"toolgen": GOOD_TOOL, "act": "Lyon"})
-    agent = ToolLearningAgent(llm=llm, tool_use="answer", sandbox=SANDBOX)
+    agent = ToolLearningAgent(AgentContext(llm=llm), tool_use="answer", sandbox=SANDBOX)
     rows = learn_from_failure(agent)
     assert [e["event"] for e in rows["tool_events"]] == ["registered"]
     assert rows["tool_events"][0]["output"] == "Paris" and rows["tool_events"][0]["isolation"] == ISOLATION
     results = asyncio.run(agent.run_task(OneTaskTrial(FRANCE, llm)))
     assert results[-1].success and [p for p, _ in llm.calls] == ["toolgen"]  # no act call needed
-    assert [e["event"] for e in agent.take_rows()["tool_events"]] == ["used"]
+    assert [e["event"] for e in taken_rows(agent.recorder)["tool_events"]] == ["used"]
 
 
 def test_as_a_hint_the_tool_result_goes_into_the_prompt():
     llm = FakeModel({"toolgen": GOOD_TOOL, "act": "Paris"})
-    agent = ToolLearningAgent(llm=llm, tool_use="hint", sandbox=SANDBOX)
+    agent = ToolLearningAgent(AgentContext(llm=llm), tool_use="hint", sandbox=SANDBOX)
     learn_from_failure(agent)
     asyncio.run(agent.run_task(OneTaskTrial(FRANCE, llm)))
     purpose, messages = llm.calls[-1]
@@ -80,7 +79,7 @@ def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
                           "not allowed"),
                          ("```python\ndef tool(q):\n    while True:\n        pass\n```", "CPU-time limit")]:
         # The CPU limit comes first, even on a loaded machine where 1 s of CPU takes many seconds.
-        agent = ToolLearningAgent(llm=FakeModel({"toolgen": code}),
+        agent = ToolLearningAgent(AgentContext(llm=FakeModel({"toolgen": code})),
                                   sandbox={"cpu_s": 1, "wall_s": 60, **SANDBOX})
         rows = learn_from_failure(agent)
         [event] = rows["tool_events"]
@@ -89,18 +88,18 @@ def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
 
 
 def test_no_tool_is_written_after_a_success_by_default():
-    agent = ToolLearningAgent(llm=FakeModel({}), sandbox=SANDBOX)
+    agent = ToolLearningAgent(AgentContext(llm=FakeModel({})), sandbox=SANDBOX)
     success = AttemptResult(number=1, response="Paris", steps=1, success=True, score=1.0,
                             judge_score=None, reward=1.0)
     asyncio.run(agent.learn(Feedback(task=TaskView.of(FRANCE), attempts=[success])))
-    assert agent.take_rows() == {}
+    assert taken_rows(agent.recorder) == {}
 
 
 def test_without_kernel_isolation_the_agent_is_not_built_unless_weak_is_asked_for(monkeypatch):
     monkeypatch.setattr(agents.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
     with pytest.raises(ValueError, match=r"variant\.sandbox\.weak=true"):
-        ToolLearningAgent(llm=FakeModel({}))
-    agent = ToolLearningAgent(llm=FakeModel({"toolgen": GOOD_TOOL}), sandbox={"weak": True})
+        ToolLearningAgent(AgentContext(llm=FakeModel({})))
+    agent = ToolLearningAgent(AgentContext(llm=FakeModel({"toolgen": GOOD_TOOL})), sandbox={"weak": True})
     assert [e["isolation"] for e in learn_from_failure(agent)["tool_events"]] == ["weak"]
 
 

@@ -10,11 +10,12 @@ from agents.baseline import BaselineAgent
 from agents.tool_learning import LEARNT_TOOL, Tool, ToolLearningAgent
 from envs.tool_calls import ToolBox, ToolCall, describe_tools, parse_text_call, text_call
 from envs.tools import FAMILIES, Bank, Calendar, ToolTasks
+from harness.agent_api import AgentContext, Completion
 from harness.gateway import Gateway
-from harness.model_client import CallRequest, Completion
+from harness.model_client import CallRequest
 from harness.records import StepRow, TranscriptRow, Usage
 from tests.agents.test_tool_learning import SANDBOX
-from tests.conftest import run_variant, scripted_settings
+from tests.conftest import run_variant, scripted_settings, taken_rows
 
 POOL = ToolTasks(tasks_per_family=5).tasks()
 
@@ -178,10 +179,10 @@ def test_a_malformed_call_is_shown_to_the_agent_and_counted_and_the_episode_goes
     llm = ScriptedReplies([[ToolCall.new("get_balance", '{"account": ')],
                            [call("get_balance", account=account)],
                            json.loads(balance.answer)["reply"]])
-    agent = BaselineAgent(llm=llm, max_steps=10)
+    agent = BaselineAgent(AgentContext(llm=llm), max_steps=10)
     episode = ToolTasks().reset(balance)
     attempt = asyncio.run(agent.act(episode, agent.messages_for(episode.observation)))
-    steps = agent.take_rows()["steps"]
+    steps = taken_rows(agent.recorder)["steps"]
     assert [s["tool_error"] for s in steps] == ["invalid_json", None, None] and attempt.steps == 3
     second_prompt = llm.requests[1][0]
     assert second_prompt[-1]["role"] == "tool" and "not valid JSON" in second_prompt[-1]["content"]
@@ -192,7 +193,7 @@ def test_a_malformed_call_is_shown_to_the_agent_and_counted_and_the_episode_goes
 def test_a_learnt_tool_is_offered_as_one_more_tool_and_runs_in_the_sandbox():
     balance = task("bank.balance")
     llm = ScriptedReplies([[call(LEARNT_TOOL, question=balance.question)], "It says 42."])
-    agent = ToolLearningAgent(llm=llm, sandbox=SANDBOX, max_steps=10)
+    agent = ToolLearningAgent(AgentContext(llm=llm), sandbox=SANDBOX, max_steps=10)
     agent.tools["bank.balance"] = Tool(tool_id="t1", family="bank.balance",
                                        code="def tool(question):\n    return '42'")
     agent._task = type("View", (), {"family": "bank.balance"})()
@@ -200,7 +201,7 @@ def test_a_learnt_tool_is_offered_as_one_more_tool_and_runs_in_the_sandbox():
     asyncio.run(agent.solve(episode))
     offered = [s["function"]["name"] for s in llm.requests[0][1]["tools"]]
     assert offered[-1] == LEARNT_TOOL and "get_balance" in offered
-    steps = agent.take_rows()
+    steps = taken_rows(agent.recorder)
     assert steps["steps"][0]["tool"] == LEARNT_TOOL and steps["steps"][0]["observation"] == '"42"'
     assert [e["event"] for e in steps["tool_events"]] == ["used"]
     assert episode.box.backend.state()["balances"] == balance.metadata["expected"]["balances"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from harness.model_client import ModelClient
+from harness.agent_api import ModelClient
 
 DEFAULT_JUDGE_PROMPT = (
     "You grade answers. Question:\n{question}\n\nProposed answer:\n{answer}\n\n"

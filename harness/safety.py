@@ -17,15 +17,15 @@ import string
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
-from harness.model_client import ModelClient
+from harness.agent_api import ModelClient, Recorder
+from harness.records import EditKind, SafetyEventRow
 
 SafetyStage = Literal["write", "retrieve"]
-SafetyKind = Literal["lesson", "bullet", "skill", "tool"]
 SafetyPolicy = Literal["block", "flag"]
 Verdict = Literal["safe", "unsafe", "unclear"]
 
 STAGES: tuple[str, ...] = get_args(SafetyStage)
-KINDS: tuple[str, ...] = get_args(SafetyKind)
+KINDS: tuple[str, ...] = get_args(EditKind)
 POLICIES: tuple[str, ...] = get_args(SafetyPolicy)
 TEXT_CHARS = 1000
 """Characters of the checked text kept in an event (the check itself sees all of it)."""
@@ -69,7 +69,8 @@ def _check_prompt_template(prompt: Any) -> None:
 
 class SafetyChecker:
     def __init__(self, llm: ModelClient, policy: Literal["block", "flag"] = "block",
-                 prompt: str = CHECK_PROMPT, stages: Sequence[str] = ("write", "retrieve")) -> None:
+                 prompt: str = CHECK_PROMPT, stages: Sequence[str] = ("write", "retrieve"),
+                 recorder: Recorder | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"variant.safety.policy must be block or flag, got {policy!r}")
         _check_prompt_template(prompt)
@@ -86,9 +87,9 @@ class SafetyChecker:
         self.policy: SafetyPolicy = policy
         self.prompt = prompt
         self.stages = tuple(dict.fromkeys(stages))
-        self._events: list[dict[str, Any]] = []
+        self.recorder = recorder or Recorder()
 
-    async def check(self, text: str, stage: SafetyStage, kind: SafetyKind, item_id: str) -> bool:
+    async def check(self, text: str, stage: SafetyStage, kind: EditKind, item_id: str) -> bool:
         """True when the item may be stored (write) or put into a prompt (retrieve)."""
         # Wrong values are the caller's bug; failing here beats silently skipping a stage.
         if stage not in STAGES:
@@ -104,13 +105,7 @@ class SafetyChecker:
         verdict = parse_safety_verdict(completion.text)
         # Unclear counts as unsafe: a checker that cannot say SAFE has not cleared the item.
         decision = "allowed" if verdict == "safe" else "blocked" if self.policy == "block" else "flagged"
-        self._events.append({"stage": stage, "kind": kind, "item_id": item_id, "text": text[:TEXT_CHARS],
-                             "verdict": verdict, "decision": decision, "policy": self.policy,
-                             "reason": completion.text[:REASON_CHARS]})
+        self.recorder.emit(SafetyEventRow, stage=stage, kind=kind, item_id=item_id, text=text[:TEXT_CHARS],
+                           verdict=verdict, decision=decision, policy=self.policy,
+                           reason=completion.text[:REASON_CHARS])
         return decision != "blocked"
-
-    def take_events(self) -> list[dict[str, Any]]:
-        """Rows for safety_events since the last call: SafetyEventRow's fields except run_id, episode_id,
-        task_id, stream_position (the runner adds those)."""
-        events, self._events = self._events, []
-        return events

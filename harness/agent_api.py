@@ -1,0 +1,297 @@
+"""What agents and the harness share: the one module both sides import, and that imports neither.
+
+Agents (`agents/`) see the harness only through this: the model client they call, the trial of a
+task, what an attempt and its verdicts are, the guard their self-edits pass, and the recorder
+their rows go to. The harness hosts agents through `Agent` and builds them by `_target_`, so it
+never imports `agents/`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from envs.base import EnvEpisode, TaskView
+from envs.tool_calls import ToolCall
+from harness.records import EditKind, GateKind, Purpose, Record, Usage
+
+Message = dict[str, Any]
+"""A chat message: role and content, and for function calling `tool_calls` / `tool_call_id`."""
+
+
+class Completion(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    usage: Usage
+    call_id: str
+    tool_calls: list[ToolCall] = []
+
+
+class ModelClient(Protocol):
+    """The only way agents reach a model."""
+
+    function_calling: bool
+    """The model takes `tools` and answers with `tool_calls` (else tools go through the text protocol)."""
+
+    async def complete(self, messages: list[Message], purpose: Purpose = "act",
+                       **params: Any) -> Completion: ...
+
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+class Attempt(BaseModel):
+    """What the agent did on one try at a task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    final_output: str | None
+    """The last model output the agent sent to the environment."""
+    steps: int
+    """Actions taken in the environment."""
+
+
+class AttemptResult(BaseModel):
+    """One attempt and its verdicts: the environment's (truth) and, if configured, the judge's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    number: int
+    response: str | None
+    """The answer after the environment's extraction."""
+    raw_response: str | None = None
+    """The model's last reply as it came back, before extraction."""
+    steps: int
+    success: bool
+    score: float
+    judge_score: float | None
+    reward: float
+    """What the agent is told: the true score, or the judge's when `reward_source=judge`."""
+    reflection: str | None = None
+    """The reflection the agent carried into this attempt, if any (unverified model text)."""
+
+    @property
+    def rewarded(self) -> bool:
+        return self.reward >= 0.5
+
+    @property
+    def said(self) -> str | None:
+        """What the agent said, for it to learn from: its last reply as written. `response` is the
+        checker's reading of it, which in multi-step and safety envs is a verdict ("3 steps, ...",
+        "refused"), not something to imitate."""
+        return self.raw_response if self.raw_response is not None else self.response
+
+
+class Feedback(BaseModel):
+    """What an agent may learn from after a task: every attempt, the last one final."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task: TaskView
+    attempts: list[AttemptResult]
+
+    @property
+    def final(self) -> AttemptResult:
+        return self.attempts[-1]
+
+
+class Trial(abc.ABC):
+    """One task as the agent sees it: it can start fresh attempts of it and have each assessed."""
+
+    task: TaskView
+
+    @abc.abstractmethod
+    def start_attempt(self) -> EnvEpisode:
+        """A fresh environment episode of the task; later model calls count for this attempt."""
+
+    @abc.abstractmethod
+    async def assess(self, episode: EnvEpisode, attempt: Attempt, reflection: str | None) -> AttemptResult:
+        """The attempt's verdicts: the environment's score and, where configured, the judge's; the
+        reward the agent is told is the one `reward_source` names."""
+
+
+class TuningSet(abc.ABC):
+    """Tasks an agent may tune on before its stream, and a way to score a system prompt on them."""
+
+    tasks: list[TaskView]
+    held_out: bool
+    """True when the tasks are disjoint from the evaluated stream; False for resubstitution."""
+
+    @abc.abstractmethod
+    async def evaluate(self, system_prompt: str, limit: int | None = None) -> float:
+        """Success rate of single-turn answers under `system_prompt` (calls: purpose optimize)."""
+
+
+Render = Callable[[TaskView], Awaitable[str]]
+"""The system prompt a learnt state gives for a task (its lessons, playbook or retrieved skills)."""
+
+
+class Audit(BaseModel):
+    """The sealed gate's verdict on one self-edit (harness/gate.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    probe_tasks: int
+    incumbent_correct: int
+    candidate_correct: int
+    regressions: int
+    accepted: bool
+
+
+class SafetyCheck(Protocol):
+    async def check(self, text: str, stage: str, kind: EditKind, item_id: str) -> bool: ...
+
+
+class Gate(Protocol):
+    regression_budget: int
+
+    async def audit(self, kind: GateKind, edit_id: str, text: str, incumbent: Render,
+                    candidate: Render) -> Audit: ...
+
+
+@dataclass
+class Guard:
+    """The harness's checks on what an agent writes for itself, composed around the agent (like
+    inspect_ai's approvers): the safety check when an edit is written and when it is retrieved,
+    then the sealed gate. With neither, every edit passes. The harness builds it from the variant's
+    `safety` and `gate` options; agents only ask it."""
+
+    safety: SafetyCheck | None = None
+    gate: Gate | None = None
+
+    async def check(self, kind: EditKind, item_id: str, text: str) -> bool:
+        """The write-time safety check alone (True without one)."""
+        return self.safety is None or await self.safety.check(text, "write", kind, item_id)
+
+    async def screen(self, kind: EditKind, item_id: str, text: str) -> bool:
+        """Whether a stored item may go into a prompt (the safety check on retrieval)."""
+        return self.safety is None or await self.safety.check(text, "retrieve", kind, item_id)
+
+    async def audit(self, kind: GateKind, edit_id: str, text: str, incumbent: Render,
+                    candidate: Render) -> Audit | None:
+        """The sealed gate's verdict on the edit; None where no gate is configured."""
+        return None if self.gate is None else await self.gate.audit(kind, edit_id, text, incumbent, candidate)
+
+    async def admit(self, kind: EditKind, edit_id: str, text: str, incumbent: Render | None = None,
+                    candidate: Render | None = None) -> bool:
+        """Whether a self-edit may take effect: the safety check, then the gate on the incumbent and
+        candidate states' prompts."""
+        if not await self.check(kind, edit_id, text):
+            return False
+        if incumbent is None or candidate is None:
+            return True
+        audit = await self.audit(kind, edit_id, text, incumbent, candidate)
+        return audit is None or audit.accepted
+
+
+R = TypeVar("R", bound=Record)
+
+
+class Recorder:
+    """Where an agent's rows go: each is made as its record model (harness/records.py) where the
+    agent makes it, so a wrong field fails inside the episode that made it. The harness says which
+    episode the rows belong to and takes them after it."""
+
+    def __init__(self) -> None:
+        self.where: dict[str, Any] = {"run_id": "agent", "episode_id": "", "task_id": "",
+                                      "stream_position": 0}
+        self._rows: defaultdict[str, list[Record]] = defaultdict(list)
+
+    def start_episode(self, run_id: str, episode_id: str, task_id: str, stream_position: int) -> None:
+        self.where = {"run_id": run_id, "episode_id": episode_id, "task_id": task_id,
+                      "stream_position": stream_position}
+
+    def emit(self, model: type[R], **fields: Any) -> R:
+        row = model(**self.where, **fields)
+        self._rows[model.table].append(row)
+        return row
+
+    def take(self) -> dict[str, list[Record]]:
+        """Rows made since the last call, by table."""
+        rows, self._rows = dict(self._rows), defaultdict(list)
+        return rows
+
+
+class Scorer(Protocol):
+    """An LLM judge as agents may use it (best-of-k's pick): a score in [0, 1] for an answer."""
+
+    async def score(self, question: str, answer: str) -> float: ...
+
+
+@dataclass
+class AgentContext:
+    """What the harness gives every agent, apart from its own settings: the model, the run it
+    belongs to, where it may keep files, the guard on its self-edits and where its rows go."""
+
+    llm: ModelClient
+    seed: int = 0
+    run_id: str = "agent"
+    workdir: Path = Path(".")
+    guard: Guard = field(default_factory=Guard)
+    recorder: Recorder = field(default_factory=Recorder)
+    judge: Scorer | None = None
+    """The run's judge (variant.judge), where one is configured."""
+
+
+class LearntState(BaseModel):
+    """What an agent has learnt, as a snapshot keeps it (harness/snapshots.py)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    state: dict[str, Any]
+    """JSON values: the prompt, the protocol and whatever else the variant learnt (state.json)."""
+    system_prompt: str
+    tools: int = 0
+    """Learnt tools kept."""
+    memory: Any = None
+    """Every memory item, vectors included, as an Arrow table; None without memory items."""
+    memory_version: int | None = None
+    memory_items: int | None = None
+
+
+class Agent(abc.ABC):
+    """The extension point: one learning agent for one stream. `agents/base.py` implements it."""
+
+    protocol: str
+    """How the agent's prompt relates to the evaluated stream: online, held_out or resubstitution."""
+    stream_position: int
+    """Position in the stream of the task in progress (set by the runner)."""
+    system_prompt: str
+
+    @abc.abstractmethod
+    def gated_edits(self) -> tuple[GateKind, ...]:
+        """The kinds of self-edit this agent puts to the guard's sealed gate."""
+
+    @abc.abstractmethod
+    async def prepare(self, tuning: TuningSet) -> None:
+        """Before the first task: tune on held-out tasks (charged to the first task's episode)."""
+
+    @abc.abstractmethod
+    async def run_task(self, trial: Trial) -> list[AttemptResult]:
+        """Attempt the task; every attempt is kept."""
+
+    @abc.abstractmethod
+    async def learn(self, feedback: Feedback) -> None:
+        """Update the agent's own state after a task."""
+
+    @abc.abstractmethod
+    async def act(self, episode: EnvEpisode, messages: list[Message], purpose: Purpose = "act",
+                  record: bool = True, **params: Any) -> Attempt:
+        """Act in `episode` from these opening messages (the sealed gate's probes act through it)."""
+
+    @abc.abstractmethod
+    def memory_size(self) -> int | None:
+        """Items the agent keeps; None for agents that keep none."""
+
+    @abc.abstractmethod
+    async def export_learnt(self) -> LearntState: ...
+
+    @abc.abstractmethod
+    async def import_learnt(self, state: dict[str, Any], memory: Any | None) -> None:
+        """Start from a snapshot: its state.json values and its memory items (an Arrow table)."""
