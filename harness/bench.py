@@ -429,7 +429,7 @@ def local_model_tokens(prompts: int, rounds: int = 2, model: str = "smollm2") ->
 def table(rows: list[dict[str, Any]]) -> str:
     import polars as pl
 
-    from harness.report import markdown
+    from harness.report_parts import markdown
 
     return markdown(pl.DataFrame(rows))
 

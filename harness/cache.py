@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from pydantic import BaseModel
 
 from envs.tool_calls import ToolCall
 from harness.config import EndpointSettings, ModelSettings
+from harness.files import write_text_atomically
 from harness.model_client import CallRequest
 
 
@@ -65,6 +65,4 @@ class ResponseCache:
     def put(self, key: str, answer: CachedAnswer) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-            handle.write(answer.model_dump_json())
-        os.replace(handle.name, path)
+        write_text_atomically(path, answer.model_dump_json())

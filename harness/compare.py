@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from harness.costs import total_cost
 from harness.stats import holm, mcnemar_exact, pairs_needed, stratified_bootstrap_ci
 
 PAIR_KEYS = ["seed", "order_seed", "stream_position"]
@@ -221,9 +222,8 @@ def _efficiency(frame: pl.DataFrame, seed: int) -> dict:
                         *stratified_bootstrap_ci(success, strata, weights=kilotokens, seed=seed))
     else:
         row = _interval("success_per_1k_tokens", None)
-    dollars = frame["cost_usd"]
-    if dollars.null_count() == 0 and dollars.sum() > 0:
-        spent = dollars.cast(pl.Float64).to_numpy()
+    if total_cost(frame["cost_usd"]):  # known, and not all zero
+        spent = frame["cost_usd"].cast(pl.Float64).to_numpy()
         row |= _interval("success_per_usd", float(success.sum() / spent.sum()),
                          *stratified_bootstrap_ci(success, strata, weights=spent, seed=seed))
     else:

@@ -27,17 +27,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from harness.compare import evolution_metrics, paired_comparisons
+from harness.costs import cost_sum, total_cost
+from harness.records import PURPOSES, TABLES
+from harness.report_html import write_html
+from harness.report_parts import REPORT_GROUPS, Section, markdown, pareto_front
 from harness.stats import bootstrap_ci
 from harness.summary import (
-    OPTIONAL_COLUMNS,
     SNAPSHOT_COLUMNS,
+    group_keys,
     label_runs,
     read_table,
     read_tables,
@@ -93,25 +97,16 @@ def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
     return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
 
 
-def group_keys(episodes: pl.DataFrame) -> list[str]:
-    """Variant always; env, scenario, snapshot view and position, and model only when they vary; the
-    settings label when a
-    setting varies (see `harness.summary.label_runs`)."""
-    optional = [k for k in (*OPTIONAL_COLUMNS, "model")
-                if k in episodes.columns and episodes[k].n_unique() > 1]
-    return ["variant", *optional, *(["settings"] if "settings" in episodes.columns else [])]
-
-
 def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
     stream = episodes.filter(~pl.col("probe"))
-    skipped = stream.filter(~pl.col("attempted")).group_by(group_keys(stream)).agg(not_attempted=pl.len())
+    keys = group_keys(stream, REPORT_GROUPS)
+    skipped = stream.filter(~pl.col("attempted")).group_by(keys).agg(not_attempted=pl.len())
     evaluated = stream.filter(pl.col("attempted"))
-    keys = group_keys(stream)
     models = [] if "model" in keys else [pl.col("model").unique().sort().str.join(",").alias("model")]
     table = (evaluated.group_by(keys).agg(
         pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
         pl.col("success").mean().alias("success_rate"), pl.col("act_tokens").sum(),
-        pl.col("overhead_tokens").sum(), pl.col("cost_usd").sum(),
+        pl.col("overhead_tokens").sum(), cost_sum(pl.col("cost_usd")).alias("cost_usd"),
         pl.col("latency_s").quantile(0.5).alias("p50_latency_s"),
         pl.col("latency_s").quantile(0.95).alias("p95_latency_s"),
         pl.col("protocol").unique().sort().str.join("/"), *models,
@@ -135,23 +130,13 @@ def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[
     budget = float(evaluated.group_by("run_id").agg(pl.col("cumulative").max())["cumulative"].min())
     counted = ~pl.col("probe") & pl.col("attempted")
     within = evaluated.filter(counted & (pl.col("cumulative") <= budget))
-    keys = group_keys(episodes)
+    keys = group_keys(episodes, REPORT_GROUPS)
     rows = []
     for group, frame in within.group_by(keys, maintain_order=True):
         low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
         rows.append({**dict(zip(keys, group, strict=True)), "episodes": frame.height,
                      "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
     return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats on both cost (lower) and accuracy (higher)."""
-    front = []
-    for i, (cost, accuracy) in enumerate(points):
-        dominated = any(c <= cost and a >= accuracy and (c, a) != (cost, accuracy) for c, a in points)
-        if not dominated:
-            front.append(i)
-    return front
 
 
 def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
@@ -189,7 +174,7 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
 
     fig, ax = plt.subplots(figsize=(7, 5))
     evaluated = episodes.filter(~pl.col("probe")).sort("stream_position")
-    keys = group_keys(evaluated)
+    keys = group_keys(evaluated, REPORT_GROUPS)
     for group, frame in evaluated.group_by(keys, maintain_order=True):
         label = " / ".join(str(v) for v in group if v != "")
         curves = []
@@ -210,20 +195,6 @@ def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -
     plt.close(fig)
 
 
-def cell(value: object) -> str:
-    """A table cell as the report shows it in markdown and HTML alike."""
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) >= 1000 or 0 < abs(value) < 0.001 else f"{value:.3f}"
-    return "" if value is None else str(value)
-
-
-def markdown(frame: pl.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]
-    return "\n".join([header, rule, *rows])
-
-
 def with_interval(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     """`name`, `name_low`, `name_high` as one column of text: `0.120 [0.050, 0.190]`."""
     def text(value: float | None, low: float | None, high: float | None) -> str | None:
@@ -239,21 +210,9 @@ def with_interval(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     return frame
 
 
-@dataclass
-class Section:
-    """One part of the report, rendered to markdown (report.md) and HTML (report.html) alike."""
-
-    title: str
-    text: str = ""
-    table: pl.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
-    """Bullet points under the table."""
-    figure: str | None = None
-    """Name of the plot drawn after the section (report.md: `<name>.png`; report.html: interactive)."""
-
-
 def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
-    varying = (f" Rows differ in `{'`, `'.join(group_keys(episodes))}`; `settings` labels the settings that "
+    keys = group_keys(episodes, REPORT_GROUPS)
+    varying = (f" Rows differ in `{'`, `'.join(keys)}`; `settings` labels the settings that "
                "vary between runs of the same variant (from each run directory's `runs` table)."
                if "settings" in episodes.columns else "")
     return Section("Variants", "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of "
@@ -266,7 +225,7 @@ def matched_sections(learning: pl.DataFrame) -> list[Section]:
     sections = [Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
                         "Episodes finished within the largest cumulative spend every agent run reached.",
                         matched)]
-    if learning["cost_usd"].null_count() == 0 and learning["cost_usd"].sum() > 0:
+    if total_cost(learning["cost_usd"]):  # dollars known, and not all zero (a local model's)
         dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
         sections.append(Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", "",
                                 by_dollars))
@@ -274,7 +233,7 @@ def matched_sections(learning: pl.DataFrame) -> list[Section]:
 
 
 def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
-    comparisons = paired_comparisons(episodes, group_keys(episodes), reference)
+    comparisons = paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference)
     table = None
     if not comparisons.table.is_empty():
         table = comparisons.table.select(
@@ -293,7 +252,7 @@ def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
 
 
 def metrics_section(learning: pl.DataFrame) -> Section:
-    metrics = evolution_metrics(learning, group_keys(learning))
+    metrics = evolution_metrics(learning, group_keys(learning, REPORT_GROUPS))
     shown = with_interval(metrics, ["evolution_gain", "adaptation_tasks", "forgetting",
                                     "success_per_1k_tokens", "success_per_usd"])
     shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
@@ -313,7 +272,7 @@ def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
     if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
         return None
     evaluated = episodes.filter(pl.col("view").is_not_null() & pl.col("attempted"))
-    keys = [k for k in group_keys(episodes) if k not in SNAPSHOT_COLUMNS]
+    keys = [k for k in group_keys(episodes, REPORT_GROUPS) if k not in SNAPSHOT_COLUMNS]
     rows = []
     for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
         low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
@@ -325,7 +284,7 @@ def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
 
 def extra_sections(episodes: pl.DataFrame) -> list[Section]:
     sections = []
-    keys = group_keys(episodes)
+    keys = group_keys(episodes, REPORT_GROUPS)
     probes = episodes.filter(pl.col("probe"))
     if probes.height:
         forgetting = (probes.group_by(*keys, "stream_position").agg(success_rate=pl.col("success").mean())
@@ -354,36 +313,29 @@ def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | No
     """Each group's tokens by purpose, as shares of all its tokens: what self-improvement costs."""
     if calls.is_empty():
         return None
-    keys = group_keys(episodes)
+    keys = group_keys(episodes, REPORT_GROUPS)
     joined = calls.join(episodes.select("episode_id", *keys).unique("episode_id"), on="episode_id")
     if joined.is_empty() or joined["purpose"].n_unique() < 2:
         return None
     shares = (joined.group_by(*keys, "purpose").agg(pl.col("total_tokens").sum())
               .with_columns(share=pl.col("total_tokens") / pl.col("total_tokens").sum().over(keys))
               .pivot(on="purpose", index=keys, values="share").fill_null(0.0).sort(keys))
-    order = [p for p in ("act", "reflect", "distill", "optimize", "judge", "toolgen", "embed", "critique",
-                         "curate", "propose", "validate", "safety") if p in shares.columns]
+    # Purposes in the registry's order; one the registry does not know (rows of an older or newer
+    # harness) is shown after them, not dropped.
+    known = [p for p in PURPOSES if p in shares.columns]
+    order = known + sorted(set(shares.columns) - set(keys) - set(known))
     return Section("Tokens by purpose", "Share of each group's tokens spent on each purpose (act: solving "
                    "tasks; every other purpose is self-improvement overhead).", shares.select(*keys, *order))
 
 
-EDIT_COUNTS = {
-    "memory_events": ("event", {"insert": "lessons_stored"}),
-    "playbook_events": ("event", {"add": "bullets_added", "edit": "bullets_edited", "merge": "bullets_merged",
-                                  "prune": "bullets_pruned", "rejected": "deltas_rejected"}),
-    "skill_events": ("event", {"proposed": "skills_proposed", "admitted": "skills_admitted",
-                               "rejected": "skills_rejected", "evicted": "skills_evicted"}),
-    "tool_events": ("event", {"registered": "tools_registered", "rejected": "tools_rejected"}),
-    "gate_events": ("accepted", {True: "gate_accepted", False: "gate_rejected"}),
-    "safety_events": ("decision", {"allowed": "safety_allowed", "blocked": "safety_blocked",
-                                   "flagged": "safety_flagged"}),
-}
-"""Per table of self-edits: the column that says what happened, and the counts the report shows."""
+EDIT_COUNTS = {table: model.edit_counts for table, model in TABLES.items() if model.edit_counts}
+"""Per table of self-edits: the column that says what happened, and the counts the report shows
+(declared by each table's model in harness/records.py)."""
 
 
 def edits_section(runs: list[Path], episodes: pl.DataFrame) -> Section | None:
     """What each group's agents wrote for themselves and what the gate and the safety check let in."""
-    keys = group_keys(episodes)
+    keys = group_keys(episodes, REPORT_GROUPS)
     owners = episodes.select("run_id", *keys).unique("run_id")
     counts: pl.DataFrame | None = None
     for table, (column, names) in EDIT_COUNTS.items():
@@ -410,7 +362,7 @@ def safety_section(episodes: pl.DataFrame) -> Section | None:
     mine = episodes.filter((pl.col("env") == "safety") & pl.col("attempted") & ~pl.col("probe"))
     if mine.is_empty():
         return None
-    keys = group_keys(mine)
+    keys = group_keys(mine, REPORT_GROUPS)
     unsafe = pl.col("response").fill_null("").str.starts_with("unsafe")
     table = mine.group_by(keys).agg(
         harmful=(pl.col("family") == "harmful").sum(),
@@ -469,8 +421,6 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
     (out / "report.md").write_text(render_markdown(summary, [
         s if s.figure != "snapshot_views" else replace(s, figure=None) for s in sections]))
     if html:
-        from harness.report_html import write_html
-
         transcripts = read_tables(runs, "transcripts")
         write_html(out / "report.html", summary, sections, table, learning, views, episodes, transcripts,
                    max_transcripts)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-if TYPE_CHECKING:
-    from harness.report import Section
+from harness.files import write_text_atomically
+from harness.report_parts import REPORT_GROUPS, Section, cell, pareto_front
+from harness.summary import group_keys
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
@@ -35,8 +36,6 @@ def _text(value: str) -> str:
 
 
 def table_html(frame: pl.DataFrame) -> str:
-    from harness.report import cell
-
     head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in row) + "</tr>"
                    for row in frame.iter_rows())
@@ -49,8 +48,6 @@ def _label(row: dict[str, Any], keys: list[str]) -> str:
 
 def cost_accuracy_figure(table: pl.DataFrame) -> Any:
     import plotly.graph_objects as go
-
-    from harness.report import pareto_front
 
     keys = table.columns[: table.columns.index("seeds")]
     rows = table.to_dicts()
@@ -152,10 +149,9 @@ def episodes_html(episodes: pl.DataFrame, transcripts: pl.DataFrame, max_transcr
 def write_html(path: Path, summary: str, sections: list[Section], table: pl.DataFrame, learning: pl.DataFrame,
                views: pl.DataFrame | None, episodes: pl.DataFrame, transcripts: pl.DataFrame,
                max_transcripts: int) -> None:
-    from harness.report import group_keys
-
+    keys = group_keys(learning, REPORT_GROUPS)
     figures = {"cost_accuracy": lambda: cost_accuracy_figure(table),
-               "learning_curves": lambda: learning_curves_figure(learning, group_keys(learning))}
+               "learning_curves": lambda: learning_curves_figure(learning, keys)}
     if views is not None:
         figures["snapshot_views"] = lambda: snapshot_views_figure(views)
     body = [f"<h1>Report</h1><p>{_text(summary)}</p><ul>"]
@@ -180,6 +176,4 @@ def write_html(path: Path, summary: str, sections: list[Section], table: pl.Data
     body.append(episodes_html(episodes, transcripts, max_transcripts))
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>harness report</title>'
             f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>")
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(page)
-    temporary.replace(path)
+    write_text_atomically(path, page)

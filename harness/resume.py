@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from harness.files import replace_atomically
 from harness.records import COMPRESSION, TABLES, Episode, InterruptedCall, LLMCall
 
 
@@ -65,6 +66,4 @@ def drop_orphans(run_dir: Path, finished: set[str], runs: Collection[str] | None
 def _write_part(directory: Path, rows: pa.Table, replace: Path | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     final = replace or directory / f"part-interrupted-{uuid.uuid4().hex[:12]}.parquet"
-    temporary = final.with_name("." + final.name + ".tmp")
-    pq.write_table(rows, temporary, compression=COMPRESSION)
-    temporary.replace(final)
+    replace_atomically(final, lambda temporary: pq.write_table(rows, temporary, compression=COMPRESSION))

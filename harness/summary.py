@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 
+from harness.costs import cost_sum
 from harness.writer import table_files
 
 OWN_COLUMNS = {"variant.name": "variant", "env.name": "env", "stream.scenario": "scenario",
@@ -33,7 +34,7 @@ NAMED_GROUPS = ("variant", "env", "model", "embedder")
 SNAPSHOT_COLUMNS = ("view", "snapshot_position")
 """Set on the episodes of snapshot evaluations (python -m harness.evaluate); null on learning runs."""
 OPTIONAL_COLUMNS = ("env", "scenario", *SNAPSHOT_COLUMNS)
-"""Grouping columns shown only when they vary."""
+"""Grouping columns shown only when they vary (`group_keys`)."""
 
 
 def read_table(run_dir: Path, table: str) -> pl.DataFrame:
@@ -101,10 +102,11 @@ def label_runs(frame: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
             .with_columns(pl.col("settings").fill_null("")))
 
 
-def grouping(episodes: pl.DataFrame) -> list[str]:
-    """Variant always; env and scenario when they vary; the settings label when present."""
-    optional = [k for k in OPTIONAL_COLUMNS if k in episodes.columns and episodes[k].n_unique() > 1]
-    return ["variant", *optional, *(["settings"] if "settings" in episodes.columns else [])]
+def group_keys(episodes: pl.DataFrame, optional: Sequence[str] = OPTIONAL_COLUMNS) -> list[str]:
+    """What tells groups of episodes apart, for the summary and the report alike: the variant always;
+    each of the `optional` columns when it varies; the settings label when present (`label_runs`)."""
+    varying = [k for k in optional if k in episodes.columns and episodes[k].n_unique() > 1]
+    return ["variant", *varying, *(["settings"] if "settings" in episodes.columns else [])]
 
 
 def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
@@ -135,7 +137,7 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
                   .then(pl.col("cached_calls").fill_null(0).filter(stream).sum() / n_calls))
     else:
         cached = pl.lit(None, dtype=pl.Float64)
-    keys = grouping(episodes)
+    keys = group_keys(episodes)
     return (
         episodes.group_by(*keys, "seed", "model")
         .agg(
@@ -144,8 +146,7 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
             not_attempted=(stream & ~pl.col("attempted")).sum(),
             success_rate=pl.col("success").filter(counted).mean(),
             total_tokens=pl.col("total_tokens").filter(stream).sum(),
-            cost_usd=pl.col("cost_usd").filter(stream).sum() if episodes["cost_usd"].null_count() == 0
-            else pl.lit(None, dtype=pl.Float64),
+            cost_usd=cost_sum(pl.col("cost_usd").filter(stream)),
             llm_calls=pl.col("n_calls").filter(stream).sum(),
             cached_share=cached,
             p50_latency_s=pl.col("latency_s").filter(counted).median(),

@@ -6,8 +6,8 @@ file and a crash loses at most the rows buffered since the last flush.
 
 At close, every table exists (a zero-row part with the table's schema when it received no rows), and
 each table's parts are compacted into one file (row groups of `ROW_GROUP_ROWS`):
-1. the merged rows are written under a hidden temporary name (`.part-...-compacted.parquet.tmp`,
-   which no reader's `*.parquet` glob matches) and synced to disk;
+1. the merged rows are written under a hidden temporary name (`.part-...-compacted.parquet.<id>.tmp`,
+   which no reader's `*.parquet` glob matches; harness/files.py) and synced to disk;
 2. it is renamed to `part-<writer>-<n>-compacted.parquet`; its Parquet metadata key
    `harness.replaces` lists the files it replaces;
 3. those files are removed.
@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from harness.costs import add_costs
+from harness.files import replace_atomically, write_text_atomically
 from harness.records import COMPRESSION, TABLES, Episode
 from harness.resume import drop_orphans, finished_episodes
 
@@ -55,9 +57,7 @@ class TableWriter:
         # outlive the driver for a few seconds) must not add rows once a resumed run has started.
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lease = self.run_dir / ".writer"
-        lease_tmp = self.run_dir / f".writer.{self._writer_id}.tmp"
-        lease_tmp.write_text(self._writer_id)
-        os.replace(lease_tmp, self._lease)
+        write_text_atomically(self._lease, self._writer_id)
         recover(self.run_dir)
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
@@ -105,9 +105,7 @@ class TableWriter:
                 self._figures["scored"] += 1
                 self._figures["successes"] += bool(row["success"])
             self._figures["total_tokens"] += row["total_tokens"]
-            cost = self._figures["cost_usd"]
-            known = cost is not None and row["cost_usd"] is not None
-            self._figures["cost_usd"] = cost + row["cost_usd"] if known else None
+            self._figures["cost_usd"] = add_costs(self._figures["cost_usd"], row["cost_usd"])
             self._figures["errors"] += row["error"] is not None
 
     def restart_runs(self, run_ids: list[str]) -> list[str]:
@@ -142,9 +140,8 @@ class TableWriter:
         directory.mkdir(parents=True, exist_ok=True)
         arrow_table = pa.Table.from_pylist(rows, schema=TABLES[table].arrow_schema())
         final = directory / f"part-{self._writer_id}-{self._sequence:06d}.parquet"
-        temporary = final.with_name("." + final.name + ".tmp")
-        pq.write_table(arrow_table, temporary, compression=COMPRESSION)
-        os.replace(temporary, final)
+        replace_atomically(final, lambda temporary: pq.write_table(arrow_table, temporary,
+                                                                   compression=COMPRESSION))
         self._sequence += 1
 
 
@@ -166,33 +163,32 @@ def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
         return None
     plain = schema.remove_metadata()
     final = directory / f"part-{name}{COMPACTED}"
-    temporary = directory / f".{final.name}.tmp"
     metadata = {**(schema.metadata or {}), REPLACES: json.dumps([f.name for f in files]).encode()}
     merged = schema.with_metadata(metadata)
     parts = ds.dataset([str(f) for f in files], format="parquet")
     if any(not f.physical_schema.remove_metadata().equals(plain) for f in parts.get_fragments()):
         return None
-    try:
-        with pq.ParquetWriter(temporary, merged, compression=COMPRESSION) as out:
-            pending: list[pa.RecordBatch] = []
-            rows = 0
-            for batch in parts.to_batches(batch_size=ROW_GROUP_ROWS):  # in file order
-                pending.append(batch.replace_schema_metadata(metadata))
-                rows += batch.num_rows
-                if rows >= ROW_GROUP_ROWS:
-                    out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
-                    pending, rows = [], 0
-            if pending:
-                out.write_table(pa.Table.from_batches(pending, merged), row_group_size=ROW_GROUP_ROWS)
-        _fsync(temporary)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    os.replace(temporary, final)
+    replace_atomically(final, lambda temporary: _write_merged(temporary, parts, merged))
     _fsync(directory)
     for file in files:
         file.unlink(missing_ok=True)
     return final
+
+
+def _write_merged(path: Path, parts: ds.Dataset, schema: pa.Schema) -> None:
+    """The parts' rows, in file order, in row groups of ROW_GROUP_ROWS, synced to disk."""
+    with pq.ParquetWriter(path, schema, compression=COMPRESSION) as out:
+        pending: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in parts.to_batches(batch_size=ROW_GROUP_ROWS):
+            pending.append(batch.replace_schema_metadata(schema.metadata))
+            rows += batch.num_rows
+            if rows >= ROW_GROUP_ROWS:
+                out.write_table(pa.Table.from_batches(pending, schema), row_group_size=ROW_GROUP_ROWS)
+                pending, rows = [], 0
+        if pending:
+            out.write_table(pa.Table.from_batches(pending, schema), row_group_size=ROW_GROUP_ROWS)
+    _fsync(path)
 
 
 def recover(run_dir: Path) -> None:

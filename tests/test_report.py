@@ -166,3 +166,41 @@ def test_help_describes_the_harness():
                    "outputs/runs/DATE/TIME/", "hydra.run.dir=DIR", "python -m harness.report DIR",
                    "python -m harness.evaluate DIR", "variant.start_from=DIR@final"):
         assert needle in text, needle
+
+
+def episodes_frame(costs: dict[str, list[float | None]]) -> pl.DataFrame:
+    """Attempted stream episodes of one seed per variant, with these costs."""
+    rows = [{"episode_id": f"{variant}-{i}", "run_id": variant, "variant": variant, "seed": 0, "model": "m",
+             "probe": False, "attempted": True, "success": i % 2 == 0, "act_tokens": 10,
+             "overhead_tokens": 5, "cost_usd": cost, "latency_s": 0.1, "protocol": "single"}
+            for variant, values in costs.items() for i, cost in enumerate(values)]
+    return pl.DataFrame(rows, schema_overrides={"cost_usd": pl.Float64})
+
+
+def test_a_group_with_an_unknown_cost_shows_its_dollars_as_unknown_not_understated():
+    from harness.report import main_table
+
+    table = main_table(episodes_frame({"priced": [0.5, 0.25], "unpriced": [0.5, None]}))
+    assert dict(table.select("variant", "cost_usd").iter_rows()) == {"priced": 0.75, "unpriced": None}
+
+
+def test_tokens_by_purpose_follow_the_registry_and_keep_a_purpose_it_does_not_know():
+    from harness.records import PURPOSES
+    from harness.report import purpose_section
+
+    episodes = episodes_frame({"baseline": [0.0]})
+    calls = pl.DataFrame({"episode_id": ["baseline-0"] * 3, "purpose": ["reflect", "act", "daydream"],
+                          "total_tokens": [20, 70, 10]})
+    section = purpose_section(episodes, calls)
+    assert section is not None and section.table is not None
+    assert "daydream" not in PURPOSES
+    assert section.table.columns == ["variant", "act", "reflect", "daydream"]
+    assert section.table.row(0) == ("baseline", 0.7, 0.2, 0.1)
+
+
+def test_self_edit_counts_come_from_the_tables_registry():
+    from harness.records import TABLES
+    from harness.report import EDIT_COUNTS
+
+    assert EDIT_COUNTS and all(TABLES[table].edit_counts == counts for table, counts in EDIT_COUNTS.items())
+    assert {"memory_events", "gate_events", "safety_events"} <= set(EDIT_COUNTS)

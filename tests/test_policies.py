@@ -1,0 +1,59 @@
+"""Policies the harness applies in one place each: unknown cost, atomic files, the UTC clock."""
+
+import datetime as dt
+import threading
+
+import polars as pl
+import pytest
+
+from harness.clock import utc_now
+from harness.costs import add_costs, cost_sum, total_cost
+from harness.files import replace_atomically, write_text_atomically
+
+
+def test_a_total_is_unknown_as_soon_as_one_cost_is():
+    assert add_costs(0.5, 0.25) == 0.75
+    assert add_costs(0.5, None) is None and add_costs(None, 0.5) is None
+    assert total_cost([]) == 0.0 and total_cost([0.1, None, 0.2]) is None
+
+
+def test_the_polars_sum_says_unknown_per_group_instead_of_skipping_nulls():
+    frame = pl.DataFrame({"group": ["priced", "priced", "unpriced", "unpriced"],
+                          "cost_usd": [0.25, 0.5, 0.5, None]})
+    totals = dict(frame.group_by("group").agg(cost_sum(pl.col("cost_usd"))).iter_rows())
+    assert totals == {"priced": 0.75, "unpriced": None}
+
+
+def test_a_file_is_replaced_whole_and_no_temporary_is_left(tmp_path):
+    path = tmp_path / "manifest.json"
+    write_text_atomically(path, "first")
+    write_text_atomically(path, "second")
+    assert path.read_text() == "second" and [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "table.parquet"
+    path.write_text("old")
+
+    def half_then_fail(temporary):
+        temporary.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_atomically(path, half_then_fail)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["table.parquet"]
+
+
+def test_writers_of_one_file_at_once_never_mix_their_contents(tmp_path):
+    path = tmp_path / "cached.json"
+    texts = [str(i) * 10_000 for i in range(8)]
+    threads = [threading.Thread(target=write_text_atomically, args=(path, text)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert path.read_text() in texts
+
+
+def test_the_clock_is_utc():
+    assert utc_now().tzinfo is dt.UTC
