@@ -19,8 +19,9 @@ import re
 from typing import Any
 
 import litellm
-from litellm import CustomLLM
 from litellm.types.utils import EmbeddingResponse
+
+from harness.providers import InProcessProvider
 
 _WORD = re.compile(r"\w+")
 Encoded = tuple[list[list[float]], int]  # vectors of one request, and their token count
@@ -47,7 +48,7 @@ def _fill(model_response: EmbeddingResponse, model: str, vectors: list[list[floa
     return model_response
 
 
-class HashingEmbedding(CustomLLM):
+class HashingEmbedding(InProcessProvider):
     async def aembedding(self, model: str, input: list, model_response: EmbeddingResponse,
                          *args: Any, **kwargs: Any) -> EmbeddingResponse:
         dim = int(model.rsplit("/", 1)[-1])
@@ -56,7 +57,7 @@ class HashingEmbedding(CustomLLM):
         return _fill(model_response, f"hashing/{dim}", vectors, tokens)
 
 
-class MiniLMEmbedding(CustomLLM):
+class MiniLMEmbedding(InProcessProvider):
     """Micro-batches concurrent requests: whatever arrives while a batch runs goes in the next one."""
 
     def __init__(self, max_batch: int = 64) -> None:
@@ -117,4 +118,4 @@ class MiniLMEmbedding(CustomLLM):
         return _fill(model_response, model, vectors, tokens)
 
 
-PROVIDERS: dict[str, type[CustomLLM]] = {"hashing": HashingEmbedding, "local": MiniLMEmbedding}
+PROVIDERS: dict[str, type[InProcessProvider]] = {"hashing": HashingEmbedding, "local": MiniLMEmbedding}

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import litellm
-from litellm import CustomLLM
 
 from envs.tool_calls import ToolCall
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
@@ -35,8 +34,9 @@ from harness.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.errors import one_line
 from harness.limits import Limits, LocalLimits
 from harness.model_client import CallRequest, CallResult, GatewayUnavailable
+from harness.providers import InProcessProvider
 from harness.records import LLMCall
-from harness.scripted import ScriptedRouter
+from harness.scripted import PROVIDERS as SCRIPTED_PROVIDERS
 
 litellm.suppress_debug_info = True
 log = logging.getLogger(__name__)
@@ -50,11 +50,17 @@ RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError
 MAX_BACKOFF_S = 30.0
 LOCAL_API_KEY = "no-key-needed"
 NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
+IN_PROCESS: dict[str, type[InProcessProvider]] = {**EMBEDDING_PROVIDERS, **SCRIPTED_PROVIDERS}
+"""litellm providers that answer inside the gateway's process (harness/providers.py), by prefix."""
+
+
+def _in_process(name: str) -> bool:
+    return name.split("/", 1)[0] in IN_PROCESS
 
 
 def check_model_name(name: str, field: str = "model.name") -> None:
     """Reject a model string litellm cannot route, before anything starts."""
-    if name.split("/", 1)[0] in ("scripted", *EMBEDDING_PROVIDERS):
+    if _in_process(name):
         return
     try:
         litellm.get_llm_provider(name)
@@ -82,12 +88,12 @@ class Gateway:
         self._unwritable: set[Path] = set()
         self.provider_calls = 0
         """Requests sent to providers (retries included); cached answers send none."""
-        self.scripted = ScriptedRouter()
-        providers: dict[str, CustomLLM] = {name: make() for name, make in EMBEDDING_PROVIDERS.items()}
-        providers["scripted"] = self.scripted
+        self._routes: dict[str, str] = {}
+        """The litellm model string of each endpoint."""
+        self.in_process = {name: make() for name, make in IN_PROCESS.items()}
         litellm.custom_provider_map = [
-            *[p for p in litellm.custom_provider_map if p["provider"] not in providers],
-            *[{"provider": name, "custom_handler": handler} for name, handler in providers.items()]]
+            *[p for p in litellm.custom_provider_map if p["provider"] not in self.in_process],
+            *[{"provider": name, "custom_handler": handler} for name, handler in self.in_process.items()]]
         self.register(models, local_servers, answer_key)
 
     def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
@@ -99,12 +105,13 @@ class Gateway:
             key = endpoint_key(m)
             self.endpoints[key] = m
             self._first_key.setdefault(m.name, key)
-            if isinstance(m, ModelSettings) and m.scripted is not None:
-                self.scripted.add(_scripted_route(key), m.scripted, answer_key or {})
-                self.scripted.add(m.name, m.scripted, answer_key or {})  # plain name: the first settings
+            provider = self.in_process.get(m.name.split("/", 1)[0])
+            self._routes[key] = provider.route(key, m.name) if provider is not None else m.name
+            if provider is not None:
+                provider.serve(self._routes[key], m.name, m, answer_key or {})
             if m.api_base and not _keys_in_environment(m.name, m.api_base):
                 self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
-            _tell_litellm_the_price(m, _route(key, m))
+            _tell_litellm_the_price(m, self._routes[key])
 
     def _cache_for(self, request: CallRequest) -> tuple[ResponseCache | None, bool]:
         settings = request.cache or self.default_cache
@@ -201,15 +208,14 @@ class Gateway:
         self.provider_calls += 1
         local = self.local_servers.get(settings.name) if settings.api_base is None else None
         endpoint: dict[str, Any] = {
-            # A scripted endpoint is routed by its key, so settings of one name never mix.
-            "model": _route(key, settings),
+            "model": self._routes[key],
             "api_base": settings.api_base or local,
             # The harness's own server, or the user's, needs no key; the OpenAI client insists on one.
             "api_key": LOCAL_API_KEY if local or key in self._keyless else None,
             "timeout": settings.timeout_s, "num_retries": 0}
         if request.kind == "embed":
             return litellm.aembedding(input=request.texts, **endpoint, **request.params)
-        if settings.name.startswith("scripted/"):  # its rules answer by purpose; providers never see it
+        if _in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
             endpoint["metadata"] = {"purpose": request.purpose}
         return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
 
@@ -273,7 +279,7 @@ def _keys_in_environment(model: str, api_base: str | None = None) -> bool:
 def check_credentials(settings: EndpointSettings, field: str) -> None:
     """Refuse, before anything starts, a model whose provider needs a key that is not set. A model
     behind `api_base` (a server of the user's own: vLLM, SGLang, llama.cpp) needs none."""
-    if settings.api_base or settings.name.split("/", 1)[0] in ("scripted", *EMBEDDING_PROVIDERS):
+    if settings.api_base or _in_process(settings.name):
         return
     check = litellm.validate_environment(model=settings.name)
     if not check.get("keys_in_environment", True):
@@ -292,7 +298,7 @@ def _price(settings: EndpointSettings) -> Price | None:
 
 def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
     """litellm prices every response itself, inside each call; for a model its map does not know
-    (a local or scripted model) it searches its fallbacks every time, about a tenth of the CPU of a
+    (a local or in-process model) it searches its fallbacks every time, about a tenth of the CPU of a
     call. Registering the price the config gives makes that one lookup."""
     price = _price(settings)
     if price is None:
@@ -307,13 +313,3 @@ def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
             "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}})
     finally:
         quiet.setLevel(level)
-
-
-def _route(key: str, settings: EndpointSettings) -> str:
-    """The litellm model string an endpoint is sent to."""
-    return _scripted_route(key) if settings.name.startswith("scripted/") else settings.name
-
-
-def _scripted_route(key: str) -> str:
-    """The litellm model string of one scripted endpoint (its settings' own ScriptedLLM)."""
-    return "scripted/" + "".join(c if c.isalnum() else "-" for c in key)

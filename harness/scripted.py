@@ -12,8 +12,8 @@ name marks every row as scripted. Its policy:
   by replaying the calls one per reply, then the reply, when the verdict is right (it answers
   WRONG_ANSWER at once otherwise); the calls are native `tool_calls` when the request offers
   `tools`, else JSON in the text (envs/tool_calls.py), so both protocols are testable offline;
-- a call that matches one of its `rules` (by purpose, which the gateway passes along for scripted
-  models only, and by a text the prompt contains) gets that rule's fixed reply, before anything else;
+- a call that matches one of its `rules` (by purpose, which the gateway passes to in-process
+  providers, and by a text the prompt contains) gets that rule's fixed reply, before anything else;
 - a yes/no grading request (it asks for "YES or NO") is answered YES: a maximally lenient
   self-judge, the case in which self-graded rewards inflate;
 - anything else gets a deterministic filler reply;
@@ -35,6 +35,7 @@ from litellm.types.utils import ChatCompletionMessageToolCall, Function, ModelRe
 
 from envs.base import normalize
 from envs.tool_calls import ToolCall, text_call
+from harness.providers import InProcessProvider
 
 WRONG_ANSWER = "I am not sure."
 
@@ -155,12 +156,20 @@ def _tool_solution(answer: str) -> dict[str, Any] | None:
     return solution if isinstance(solution, dict) and "calls" in solution else None
 
 
-class ScriptedRouter(CustomLLM):
-    """The `scripted` provider: one ScriptedLLM per scripted model name, answer keys merged."""
+class ScriptedRouter(InProcessProvider):
+    """The `scripted` provider: one ScriptedLLM per scripted endpoint (a model name with its
+    settings, so two settings of one name never mix), answer keys merged."""
 
     def __init__(self) -> None:
         super().__init__()
         self.models: dict[str, ScriptedLLM] = {}
+
+    def route(self, endpoint_key: str, name: str) -> str:
+        return "scripted/" + "".join(c if c.isalnum() else "-" for c in endpoint_key)
+
+    def serve(self, route: str, name: str, settings: Any, answer_key: dict[str, str]) -> None:
+        self.add(route, settings.scripted, answer_key)
+        self.add(name, settings.scripted, answer_key)  # the plain name: its first settings
 
     def add(self, name: str, options: Any, answer_key: dict[str, str]) -> None:
         short = name.split("/", 1)[1]
@@ -177,3 +186,6 @@ class ScriptedRouter(CustomLLM):
 
     def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
         raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")
+
+
+PROVIDERS: dict[str, type[InProcessProvider]] = {"scripted": ScriptedRouter}
