@@ -22,6 +22,7 @@ import litellm
 
 from envs.tool_calls import ToolCall
 from harness.cache import CachedAnswer, ResponseCache, cacheable, request_key
+from harness.clock import utc_now
 from harness.config import (
     CacheSettings,
     ConfigError,
@@ -125,7 +126,7 @@ class Gateway:
     async def call(self, request: CallRequest) -> CallResult:
         """Never raises: whatever fails, the caller gets a record (with its error). Budgets are the
         caller's (harness.model_client): the gateway keeps no per-run state."""
-        started_at = dt.datetime.now(dt.UTC)
+        started_at = utc_now()
         key = request.endpoint or self._first_key.get(request.model, "")
         settings = self.endpoints.get(key)
         if settings is None:

@@ -8,7 +8,6 @@ and attempt the next calls belong to and collects their records after each episo
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import uuid
 from typing import Any, Literal, Protocol
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from envs.tool_calls import ToolCall
 from harness.agent_api import Completion, Message
 from harness.budget import RunLedger
+from harness.clock import utc_now
 from harness.config import BudgetSettings, CacheSettings
 from harness.records import LLMCall, Purpose, TranscriptRow, Usage
 
@@ -203,4 +203,4 @@ def _unsent(request: CallRequest, error: str, in_flight: int) -> LLMCall:
                    task_id=request.task_id, attempt=request.attempt, purpose=request.purpose,
                    model=request.model, prompt_tokens=0, completion_tokens=0, total_tokens=0,
                    usage_source="provider", cost_usd=0.0, latency_s=0.0, queued_s=0.0, retries=0,
-                   cached=False, error=error, run_in_flight=in_flight, started_at=dt.datetime.now(dt.UTC))
+                   cached=False, error=error, run_in_flight=in_flight, started_at=utc_now())

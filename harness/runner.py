@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.agent_api import Agent, Attempt, AttemptResult, Feedback, Recorder, Scorer, Trial, TuningSet
 from harness.assembly import build_agent, split_options
+from harness.clock import utc_now
 from harness.errors import one_line
 from harness.judge import Judge
 from harness.model_client import (
@@ -119,10 +120,6 @@ class EnvTuningSet(TuningSet):
         return sum(scores) / len(scores) if scores else 0.0
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 async def start_agent(spec: AgentRunSpec, llm: AgentModelClient, env: Environment,
                       recorder: Recorder) -> Agent:
     """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from;
@@ -197,7 +194,7 @@ class EpisodeRunner:
             if this_episode in self.finished:
                 continue
             episode = _episode_record(self.spec, agent, task, this_episode, position, False, [], [],
-                                      f"not attempted: {reason}", _now(), 0.0)
+                                      f"not attempted: {reason}", utc_now(), 0.0)
             rows.append(episode.model_copy(update={"attempted": False}).model_dump())
         self.sink.append(Episode.table, rows)
 
@@ -222,7 +219,7 @@ class EpisodeRunner:
         sink = NULL_SINK if this_episode in self.finished else self.sink  # a resumed run replays these
         llm.start_episode(this_episode, task.task_id)
         self.recorder.start_episode(spec.run_id, this_episode, task.task_id, position)
-        started_at, clock = _now(), time.perf_counter()
+        started_at, clock = utc_now(), time.perf_counter()
         trial = EnvTrial(task, self.env, llm, self.judge, self.reward_source)
         results: list[AttemptResult] = []
         error: str | None = None
@@ -292,7 +289,7 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         overhead_cost_usd=overhead.cost_usd, memory_size=agent.memory_size(), protocol=agent.protocol,
         view=spec.view, snapshot_of=spec.snapshot_of, snapshot_position=spec.snapshot_position,
         latency_s=latency_s, error=one_line(error) if error else None,
-        started_at=started_at, finished_at=_now())
+        started_at=started_at, finished_at=utc_now())
 
 
 def _sum_usage(calls: list[LLMCall]) -> Usage:

@@ -14,7 +14,6 @@ run of the new job starts from the snapshot of the source run with its own seed 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import uuid
@@ -24,6 +23,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from harness.agent_api import Agent
+from harness.clock import utc_now
 from harness.config import ConfigError
 from harness.records import SnapshotRow
 
@@ -52,7 +52,7 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
     return SnapshotRow(run_id=run_id, episode_id=episode_id, position=position, final=final, path=relative,
                        memory_items=learnt.memory_items, memory_version=learnt.memory_version,
                        system_prompt=learnt.system_prompt, tools=learnt.tools,
-                       created_at=dt.datetime.now(dt.UTC)).model_dump()
+                       created_at=utc_now()).model_dump()
 
 
 async def load_snapshot(agent: Agent, directory: Path) -> None:
