@@ -1,5 +1,8 @@
 """The schema module: Arrow schemas derived from the record models, and Usage arithmetic."""
 
+import re
+from pathlib import Path
+
 import pyarrow as pa
 
 from harness.records import SCHEMA_VERSION, TABLES, Episode, LLMCall, Usage
@@ -49,3 +52,9 @@ def test_docs_column_reference_is_generated_from_the_records():
     start = page.index("<!-- columns:")
     section = page[page.index("\n", start) + 1:page.index("\n<!-- end of columns -->")]
     assert section == columns_markdown(), "regenerate docs/columns.md from harness.records.columns_markdown()"
+
+
+def test_the_readmes_table_of_outputs_lists_every_table_of_the_registry():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)/` \|", readme, re.MULTILINE))
+    assert listed == set(TABLES), f"README's Outputs table: add {set(TABLES) - listed}, drop {listed - set(TABLES)}"
