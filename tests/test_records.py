@@ -57,4 +57,5 @@ def test_docs_column_reference_is_generated_from_the_records():
 def test_the_readmes_table_of_outputs_lists_every_table_of_the_registry():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     listed = set(re.findall(r"^\| `(\w+)/` \|", readme, re.MULTILINE))
-    assert listed == set(TABLES), f"README's Outputs table: add {set(TABLES) - listed}, drop {listed - set(TABLES)}"
+    assert listed == set(TABLES), (f"README's Outputs table: add {set(TABLES) - listed}, "
+                                   f"drop {listed - set(TABLES)}")
