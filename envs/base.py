@@ -116,6 +116,9 @@ class Environment(abc.ABC):
     """A family of tasks behind one protocol. Subclasses are built with `hydra.utils.instantiate`."""
 
     name: str = "env"
+    packages: ClassVar[tuple[str, ...]] = ()
+    """The pip distributions the environment imports (beyond the harness's own): each run's
+    manifest records their installed versions."""
     family_option: ClassVar[str | None] = None
     """The constructor option that selects task families (countries' `families`), if there is one.
     Left null in the config, the planner fills it: `default_families` for sequential and isolated

@@ -55,6 +55,7 @@ FAMILIES: dict[str, Family] = {
 
 
 class CountryFacts(Environment):
+    packages = ("countryinfo",)
     family_option = "families"
     default_families = ("capital",)
     interleaved_families = tuple(FAMILIES)

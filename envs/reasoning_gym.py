@@ -35,6 +35,7 @@ class ReasoningGymEpisode(SingleTurnEpisode):
 
 
 class ReasoningGym(Environment):
+    packages = ("reasoning-gym",)
     family_option = "datasets"
     default_families = ("leg_counting",)
     interleaved_families = ("leg_counting", "basic_arithmetic", "letter_counting", "number_sorting")

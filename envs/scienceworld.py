@@ -230,6 +230,7 @@ class ScienceWorldEpisode(EnvEpisode):
 
 class ScienceWorldTasks(Environment):
     name = "scienceworld"
+    packages = ("scienceworld", "py4j")
     family_option = "task_types"
     default_families = ("find-non-living-thing",)
     interleaved_families = ("find-non-living-thing", "lifespan-longest-lived", "use-thermometer",

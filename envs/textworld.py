@@ -82,6 +82,8 @@ class TextWorldEpisode(EnvEpisode):
 
 
 class TextWorldGames(Environment):
+    packages = ("textworld",)
+
     def __init__(self, challenge: str = "tw-cooking", num_games: int = 20, seed: int = 0,
                  settings: Mapping[str, Any] | None = None, max_steps: int = 30,
                  cache_dir: str = "~/.cache/harness/textworld") -> None:

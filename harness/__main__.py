@@ -10,9 +10,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import ConfigError, HarnessConfig
-from harness.errors import RunAborted, exit_with
-from harness.model_server import ModelServerError
+from harness.config import HarnessConfig
+from harness.errors import exit_with
+from harness.exit_codes import EXPECTED_ERRORS, exit_for
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -25,10 +25,8 @@ def main(cfg: DictConfig) -> None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(resolved, dict)
         result = run(settings, Path(HydraConfig.get().runtime.output_dir), resolved)
-    except (ConfigError, ModelServerError) as error:
-        raise exit_with(2, f"error: {error}") from None
-    except RunAborted as error:
-        raise exit_with(1, f"error: {error}") from None
+    except EXPECTED_ERRORS as error:
+        raise exit_for(error) from None
     except KeyboardInterrupt:
         print(f"\ninterrupted: the episodes finished so far are in {HydraConfig.get().runtime.output_dir}",
               file=sys.stderr)

@@ -22,6 +22,8 @@ class Exit(SystemExit):
     a sweep's launcher can repeat a job's reason (a job's own stderr reaches the driver only through
     Ray's log forwarding, which may drop its last lines)."""
 
+    code: int
+
     def __init__(self, code: int, message: str) -> None:
         super().__init__(code)
         self.message = message

@@ -29,7 +29,8 @@ from omegaconf import OmegaConf
 
 from envs.base import Task
 from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
-from harness.errors import RunAborted, one_line
+from harness.errors import one_line
+from harness.exit_codes import EXPECTED_ERRORS, exit_for
 from harness.plan import AgentRunSpec, build_plan, env_families, resolve_defaults, task_pool
 from harness.records import SnapshotRow
 from harness.streams import sample_tasks
@@ -198,12 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         again = [*(argv if argv is not None else sys.argv[1:]), *([] if args.out else ["--out", str(out)])]
         result = run_specs(settings, specs, out.resolve(), settings.model_dump(by_alias=True, mode="json"),
                            resume_command=["python", "-m", "harness.evaluate", *again])
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except RunAborted as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    except EXPECTED_ERRORS as error:
+        return exit_for(error).code
     print_summary(result, started)
     return 0
 

@@ -92,7 +92,7 @@ def render(jobs: list[JobFigures], total_jobs: int) -> Any:
     return grid
 
 
-def one_line(job: JobFigures) -> str:
+def job_status_line(job: JobFigures) -> str:
     """A job's figures in one line, for logs that are not a terminal."""
     rate = "-" if job.success_rate is None else f"{job.success_rate:.2f}"
     cost = "?" if job.cost_usd is None else f"${job.cost_usd:.4f}"

@@ -57,3 +57,16 @@ def test_writers_of_one_file_at_once_never_mix_their_contents(tmp_path):
 
 def test_the_clock_is_utc():
     assert utc_now().tzinfo is dt.UTC
+
+
+def test_every_entry_point_maps_errors_to_the_same_exit_codes(capsys):
+    from harness.config import ConfigError
+    from harness.errors import RunAborted
+    from harness.exit_codes import exit_code, exit_for
+    from harness.model_server import ModelServerError
+
+    assert [exit_code(e) for e in (ConfigError("x"), ModelServerError("x"), RunAborted("x"))] == [2, 2, 1]
+    assert exit_code(ValueError("a bug")) == 1
+    raised = exit_for(RunAborted("the writer actor died; resume with: ..."))
+    assert raised.code == 1 and str(raised) == "error: the writer actor died; resume with: ..."
+    assert capsys.readouterr().err == "error: the writer actor died; resume with: ...\n"

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
@@ -26,6 +26,9 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
+
+if TYPE_CHECKING:  # the harness itself loads only when a sweep starts, not when Hydra scans plugins
+    from harness.config import EndpointSettings, HarnessConfig
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class LiveView:
     def refresh(self) -> None:
         import ray
 
-        from harness.progress import one_line, render
+        from harness.progress import job_status_line, render
 
         jobs = ray.get(self.progress.snapshot.remote())
         if self._live is not None:
@@ -101,7 +104,7 @@ class LiveView:
         for job in jobs:
             if job.status != "running" and self._told.get(job.job) != job.status:
                 self._told[job.job] = job.status
-                print(one_line(job), flush=True)
+                print(job_status_line(job), flush=True)
 
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
@@ -124,8 +127,8 @@ class RayLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from harness.config import ConfigError
-        from harness.errors import RunAborted
+        from harness.errors import exit_with
+        from harness.exit_codes import EXPECTED_ERRORS, exit_for
         from harness.lock import exclusive
 
         assert self.config is not None
@@ -135,72 +138,27 @@ class RayLauncher(Launcher):
         try:
             with exclusive(sweep_dir, "sweep"):  # one live sweep per directory
                 results = self._launch(sweep_dir, job_overrides, initial_job_idx)
-        except ConfigError as error:
-            print(f"error: {error}", file=sys.stderr, flush=True)
-            sys.exit(2)
-        except RunAborted as error:
-            print(f"error: {error}", file=sys.stderr, flush=True)
-            sys.exit(1)
+        except EXPECTED_ERRORS as error:
+            raise exit_for(error) from None
         failed = sum(r.status == JobStatus.FAILED for r in results)
         if failed:  # said per job above; Hydra's sweeper would add a traceback of the first failure
             others = (f"; the others' tables are in {sweep_dir}" if failed < len(results) else "")
-            print(f"error: {failed} of {len(results)} jobs failed (see each job's line above){others}",
-                  file=sys.stderr, flush=True)
-            sys.exit(1)
+            raise exit_with(1, f"error: {failed} of {len(results)} jobs failed (see each job's line above)"
+                               f"{others}")
         return results
 
     def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
-        import ray
+        from harness.session import ray_session
 
-        from harness.config import ConfigError, EndpointSettings, HarnessConfig
-        from harness.progress import SweepProgress, progress_actor_name
-        from harness.run import check_alive, ray_session, start_model_limits
-
-        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        assert self.config is not None
         limits_name = f"harness-model-limits-{uuid.uuid4().hex[:8]}"
-        configs: list[DictConfig] = []
-        valid: list[HarnessConfig | None] = []
-        models: dict[str, EndpointSettings] = {}
-        for index, overrides in enumerate(job_overrides, start=initial_job_idx):
-            config = self.hydra_context.config_loader.load_sweep_config(
-                self.config, [*overrides, f"ray.limits={limits_name}", "progress=false"])
-            with open_dict(config):
-                config.hydra.job.id = config.hydra.job.num = index
-            configs.append(config)
-            log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
-            try:
-                settings = HarnessConfig.from_dictconfig(config)
-            except ConfigError:
-                valid.append(None)  # the job itself reports its bad value
-                continue
-            valid.append(settings)
-            for model in (settings.model, settings.embedder):
-                models.setdefault(model.name, model)
-        first = next((s for s in valid if s is not None), None)
-        if first is None:  # no job can run: say why, as a single run would
-            HarnessConfig.from_dictconfig(configs[0])
-        assert first is not None
+        configs, first, models = self._job_configs(job_overrides, initial_job_idx, limits_name)
         with contextlib.ExitStack() as stack:
             address, dashboard = stack.enter_context(ray_session(first.ray))
             log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
-            served: list[EndpointSettings] = list(models.values())
-            servers = start_model_limits(served, sweep_dir, stack, limits_name)
-            progress = ray.remote(num_cpus=0)(SweepProgress).options(
-                name=progress_actor_name(limits_name)).remote()
-            stack.callback(ray.kill, progress)
-            remote_job = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy="SPREAD")(_run_job)
-            singleton_state = Singleton.get_state()
-            refs = [remote_job.options(name=f"job {c.hydra.job.num}: {_job_dir(c)}").remote(
-                self.hydra_context, self.task_function, c, singleton_state, os.getcwd()) for c in configs]
-            pending = list(refs)
-            with LiveView(progress, len(configs)) as view:
-                while pending:  # the jobs depend on the shared model server: stop them all if it dies
-                    _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
-                    check_alive(servers, sweep_dir, sweep=True)
-                    view.refresh()
-            results: list[JobReturn] = ray.get(refs)
+            results = self._run_jobs(configs, models, sweep_dir, limits_name, stack)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         _print_summary(sweep_dir, [_job_dir(c) for c in configs])
         failed = [r for r in results if r.status == JobStatus.FAILED]
@@ -211,4 +169,57 @@ class RayLauncher(Launcher):
                   else "nothing to compare (each job's reason is above)")
         log.info(f"{len(results)} jobs, {completed} completed, {len(failed)} failed; {advice}")
         return results
+
+    def _job_configs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, limits_name: str
+                     ) -> tuple[list[DictConfig], "HarnessConfig", list["EndpointSettings"]]:
+        """Each job's composed config (told to use the sweep's shared limits), the first valid one's
+        settings (for Ray), and every model the valid jobs use, each once."""
+        from harness.config import ConfigError, EndpointSettings, HarnessConfig
+
+        assert self.config is not None and self.hydra_context is not None
+        configs: list[DictConfig] = []
+        valid: list[HarnessConfig] = []
+        for index, overrides in enumerate(job_overrides, start=initial_job_idx):
+            config = self.hydra_context.config_loader.load_sweep_config(
+                self.config, [*overrides, f"ray.limits={limits_name}", "progress=false"])
+            with open_dict(config):
+                config.hydra.job.id = config.hydra.job.num = index
+            configs.append(config)
+            log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
+            with contextlib.suppress(ConfigError):  # the job itself reports its bad value
+                valid.append(HarnessConfig.from_dictconfig(config))
+        if not valid:  # no job can run: say why, as a single run would
+            HarnessConfig.from_dictconfig(configs[0])
+        models: dict[str, EndpointSettings] = {}
+        for settings in valid:
+            for model in (settings.model, settings.embedder):
+                models.setdefault(model.name, model)
+        return configs, valid[0], list(models.values())
+
+    def _run_jobs(self, configs: list[DictConfig], models: list["EndpointSettings"], sweep_dir: Path,
+                  limits_name: str, stack: contextlib.ExitStack) -> list[JobReturn]:
+        """The shared limits, local model servers and progress view, then every job as a Ray task,
+        watched until all are done."""
+        import ray
+
+        from harness.progress import SweepProgress, progress_actor_name
+        from harness.session import check_alive, resume_hint, start_model_limits
+
+        assert self.hydra_context is not None and self.task_function is not None
+        servers = start_model_limits(models, sweep_dir, stack, limits_name)
+        progress = (ray.remote(num_cpus=0)(SweepProgress).options(name=progress_actor_name(limits_name))
+                    .remote())
+        stack.callback(ray.kill, progress)
+        remote_job = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy="SPREAD")(_run_job)
+        singleton_state = Singleton.get_state()
+        refs = [remote_job.options(name=f"job {c.hydra.job.num}: {_job_dir(c)}").remote(
+            self.hydra_context, self.task_function, c, singleton_state, os.getcwd()) for c in configs]
+        pending = list(refs)
+        hint = resume_hint(sweep_dir, sweep=True)
+        with LiveView(progress, len(configs)) as view:
+            while pending:  # the jobs depend on the shared model server: stop them all if it dies
+                _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+                check_alive(servers, hint)
+                view.refresh()
+        return ray.get(refs)
 

@@ -1,0 +1,98 @@
+"""The preflight stage of a job: everything that can be checked is checked before the model server
+or Ray start (model access, the agent's options, the cache directory), and a run directory that
+already holds episodes is planned as a resume.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
+from harness.errors import one_line
+from harness.model_client import AgentModelClient
+from harness.plan import AgentRunSpec, episode_ids, expected_episodes
+from harness.resume import drop_orphans, finished_episodes
+from harness.runner import build_agent
+from harness.writer import recover
+
+
+def check_models(settings: HarnessConfig) -> None:
+    """A model string litellm cannot route, or a provider key that is not set, fails here in one
+    line, not as a failed call per task."""
+    remote = [(model, field) for model, field in ((settings.model, "model.name"),
+                                                 (settings.embedder, "embedder.name"))
+              if not is_harness_served(model)]
+    if not remote:
+        return
+    from harness.gateway import check_credentials, check_model_name  # imports litellm (seconds)
+
+    for model, field in remote:
+        check_model_name(model.name, field)
+        check_credentials(model, field)
+        if model.api_base:
+            _check_reachable(model.api_base, field.rsplit(".", 1)[0] + ".api_base")
+
+
+def _check_reachable(api_base: str, field: str) -> None:
+    """A server of the user's own that nothing answers at fails now, not after every task's retries.
+    Any HTTP answer (even 401 or 404) means something listens: the calls will say the rest."""
+    try:
+        with urllib.request.urlopen(f"{api_base.rstrip('/')}/models", timeout=10):
+            pass
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConfigError(f"invalid config: {field}: nothing answers at {api_base} ({reason}); start the "
+                          "server first, or fix the address") from None
+
+
+def is_harness_served(model: EndpointSettings) -> bool:
+    """Served by the harness itself (its local server, the scripted model, a local embedder)."""
+    if isinstance(model, ModelSettings) and (model.serves_locally or model.is_scripted):
+        return True
+    return model.name.split("/", 1)[0] in ("local", "hashing")
+
+
+def check_agents_build(specs: list[AgentRunSpec]) -> None:
+    """Build the agent once, unconnected, so that a bad variant option fails before anything starts."""
+    spec = specs[0]
+    build_agent(spec, AgentModelClient(gateway=None, model=spec.model, run_id=spec.run_id))  # type: ignore[arg-type]
+
+
+def check_cache_writable(cache: CacheSettings) -> None:
+    if not cache.enabled:
+        return
+    directory = Path(cache.dir).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
+            pass
+    except OSError as error:
+        raise ConfigError(f"invalid config: cache.dir: cannot write to {directory} ({one_line(error)}); "
+                          "choose another directory or set cache.enabled=false") from None
+
+
+def resume_plan(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
+    """In a directory that already holds episodes, mark them finished (see harness/resume.py); the
+    specs, and how many times the directory has now been resumed."""
+    recover(run_dir)  # a compaction a crash cut short must not show its rows twice
+    finished = finished_episodes(run_dir)
+    if not finished:
+        return specs, 0
+    planned = {eid for spec in specs for eid in episode_ids(spec)}
+    if not finished & planned:
+        raise ConfigError(f"invalid config: {run_dir} holds episodes of other runs (a different config); "
+                          "resume with the config that wrote them, or choose a new directory")
+    dropped = drop_orphans(run_dir, finished)
+    specs = [s.model_copy(update={"finished": sorted(set(episode_ids(s)) & finished)}) for s in specs]
+    left = sum(expected_episodes(s) - len(s.finished) for s in specs)
+    print(f"resuming in {run_dir}: {len(finished & planned)} episodes already written, {left} to go"
+          + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
+    previous = run_dir / "manifest.json"
+    resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
+    return specs, resumes
