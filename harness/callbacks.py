@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any, NoReturn
 
 from hydra.experimental.callback import Callback
@@ -10,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import ConfigError, check_output_dir
+from harness.exit_codes import exit_for
 
 
 class OutputDirCheck(Callback):
@@ -34,5 +34,4 @@ def _check_dir(config: DictConfig, field: str) -> None:
 
 def _stop(error: ConfigError) -> NoReturn:
     """A callback's exception would only be a warning: exit here."""
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(2)
+    raise exit_for(error)

@@ -28,7 +28,7 @@ TODAY = ["variant", "seed", "model", "episodes", "probes", "not_attempted", "suc
 
 def write_job(job_dir: Path, *overrides: str, job: int | None = 0, cached: bool | None = None) -> dict:
     """A job directory as the harness writes it (no Ray): the rows of one in-process scripted agent
-    run, its `runs` row (as harness/run.py makes it) and a manifest."""
+    run, its `runs` row (as harness/execute.py makes it) and a manifest."""
     run = run_variant(*overrides)
     spec = build_plan(scripted_settings(*overrides), job_dir)[0]
     assert spec.run_id == run.rows["episodes"][0]["run_id"]
