@@ -28,7 +28,7 @@ HARNESS_OPTIONS = ("reward_source", "judge", "gate", "probe_size", "regression_b
 
 
 class HarnessOptions(BaseModel):
-    """The variant options of HARNESS_OPTIONS, as conf/variant/_base.yaml sets them."""
+    """The variant options of HARNESS_OPTIONS, as conf/variant/parts/base.yaml sets them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -321,7 +321,7 @@ class HarnessConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as error:
-            raise ConfigError(_one_line(error)) from None
+            raise ConfigError(_validation_message(error)) from None
 
 
 def check_output_dir(field: str, directory: str) -> None:
@@ -343,7 +343,7 @@ def check_output_dir(field: str, directory: str) -> None:
         raise ConfigError(f"invalid config: {field}: cannot write in {path} ({error.strerror})") from None
 
 
-def _one_line(error: ValidationError) -> str:
+def _validation_message(error: ValidationError) -> str:
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or "config"
     message = first["msg"].removeprefix("Value error, ")

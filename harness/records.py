@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from harness.costs import add_costs
+
 SCHEMA_VERSION = "4"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
@@ -27,6 +29,8 @@ EditKind = Literal["lesson", "bullet", "skill", "tool"]
 """What an agent writes for itself that the safety check reads."""
 GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
 """What the sealed gate audits: every EditKind, and a tuned system prompt."""
+EditCounts = tuple[str, dict[Any, str]]
+"""A column of a self-edit table, and the name of the count of each of its values."""
 UsageSource = Literal["provider", "counted"]
 
 
@@ -49,11 +53,10 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
-            cost_usd=cost,
+            cost_usd=add_costs(self.cost_usd, other.cost_usd),
             latency_s=self.latency_s + other.latency_s,
         )
 
@@ -63,7 +66,7 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     table: ClassVar[str]
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = None
+    edit_counts: ClassVar[EditCounts | None] = None
     """For a table of self-edits: the column that says what happened, and the count the report shows
     for each of its values (report.edits_section)."""
 
@@ -342,7 +345,7 @@ class MemoryEventRow(Record):
     """One thing an agent's memory did: an item inserted, retrieved for a task, or evicted."""
 
     table: ClassVar[str] = "memory_events"
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {"insert": "lessons_stored"})
+    edit_counts: ClassVar[EditCounts | None] = ("event", {"insert": "lessons_stored"})
 
     run_id: str
     """Agent run whose memory it is (each run has its own table: nothing is shared between runs)."""
@@ -401,7 +404,8 @@ class ToolEventRow(Record):
     """A model-written tool's life: registered or rejected after checks, then used (or failing) on tasks."""
 
     table: ClassVar[str] = "tool_events"
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {"registered": "tools_registered", "rejected": "tools_rejected"})
+    edit_counts: ClassVar[EditCounts | None] = ("event", {
+        "registered": "tools_registered", "rejected": "tools_rejected"})
 
     run_id: str
     """Agent run that owns the tool (tools are never shared between runs)."""
@@ -434,9 +438,9 @@ class PlaybookEventRow(Record):
     """One change to a playbook agent's bullets (ACE-style evolving context), or their use."""
 
     table: ClassVar[str] = "playbook_events"
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {
-        "add": "bullets_added", "edit": "bullets_edited", "merge": "bullets_merged", "prune": "bullets_pruned",
-        "rejected": "deltas_rejected"})
+    edit_counts: ClassVar[EditCounts | None] = ("event", {
+        "add": "bullets_added", "edit": "bullets_edited", "merge": "bullets_merged",
+        "prune": "bullets_pruned", "rejected": "deltas_rejected"})
 
     run_id: str
     """Agent run whose playbook it is."""
@@ -471,7 +475,7 @@ class SkillEventRow(Record):
     retrieval; an eviction."""
 
     table: ClassVar[str] = "skill_events"
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("event", {
+    edit_counts: ClassVar[EditCounts | None] = ("event", {
         "proposed": "skills_proposed", "admitted": "skills_admitted", "rejected": "skills_rejected",
         "evicted": "skills_evicted"})
 
@@ -512,7 +516,7 @@ class GateEventRow(Record):
     the agent never sees, and the decision; the agent is told only accepted or rejected."""
 
     table: ClassVar[str] = "gate_events"
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("accepted", {True: "gate_accepted", False: "gate_rejected"})
+    edit_counts: ClassVar[EditCounts | None] = ("accepted", {True: "gate_accepted", False: "gate_rejected"})
 
     run_id: str
     """Agent run that proposed the edit."""
@@ -545,7 +549,7 @@ class SafetyEventRow(Record):
     written or when it was retrieved for a task (`variant.safety`)."""
 
     table: ClassVar[str] = "safety_events"
-    edit_counts: ClassVar[tuple[str, dict[Any, str]] | None] = ("decision", {
+    edit_counts: ClassVar[EditCounts | None] = ("decision", {
         "allowed": "safety_allowed", "blocked": "safety_blocked", "flagged": "safety_flagged"})
 
     run_id: str
@@ -640,7 +644,7 @@ class RunRow(Record):
 
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
     Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, TranscriptRow, MemoryEventRow, PromptRow,
-    ToolEventRow, PlaybookEventRow, SkillEventRow, GateEventRow, SafetyEventRow, SnapshotRow, RunRow)}
+    PlaybookEventRow, SkillEventRow, ToolEventRow, GateEventRow, SafetyEventRow, SnapshotRow, RunRow)}
 
 
 class AgentRunInfo(BaseModel):

@@ -8,9 +8,9 @@ from harness.gateway import check_model_name
 from harness.plan import build_plan
 from tests.conftest import CONF_DIR, compose_config, scripted_settings
 
-GROUPS = {group.name: sorted(p.stem for p in group.glob("*.yaml") if not p.stem.startswith("_"))
+GROUPS = {group.name: sorted(p.stem for p in group.glob("*.yaml"))
           for group in CONF_DIR.iterdir() if group.is_dir()}
-"""Every option of every group; `_base.yaml` and the like are parts options start from."""
+"""Every option of every group; conf/variant/parts/ holds what variants start from."""
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])

@@ -1,4 +1,4 @@
-"""conf/variant is the one source of a variant's settings: every variant composes from `_base.yaml`,
+"""conf/variant is the one source of a variant's settings: every variant composes from `parts/base.yaml`,
 and where the code has a default of its own, it is the yaml's value."""
 
 import inspect
@@ -16,7 +16,7 @@ from harness.assembly import HARNESS_OPTIONS, HarnessOptions
 from tests.conftest import CONF_DIR, compose_config
 
 VARIANT_DIR = CONF_DIR / "variant"
-VARIANTS = sorted(p.stem for p in VARIANT_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+VARIANTS = sorted(p.stem for p in VARIANT_DIR.glob("*.yaml"))
 NOT_CONSTRUCTOR_ARGUMENTS = {"name", "_target_", "start_from"}  # read by the planner, not the agent
 
 
@@ -62,7 +62,7 @@ def test_the_code_defaults_of_every_variant_are_its_yamls_values(variant):
 
 
 def test_the_harness_side_options_default_to_the_base_yamls_values():
-    base = OmegaConf.to_container(OmegaConf.load(VARIANT_DIR / "_base.yaml"))
+    base = OmegaConf.to_container(OmegaConf.load(VARIANT_DIR / "parts" / "base.yaml"))
     assert {k: base[k] for k in HARNESS_OPTIONS} == HarnessOptions().model_dump()
 
 
@@ -70,12 +70,12 @@ def test_the_harness_side_options_default_to_the_base_yamls_values():
 def test_every_variant_starts_from_the_base_and_names_itself(variant):
     cfg = composed(variant)
     assert cfg["name"] == variant
-    assert set(OmegaConf.to_container(OmegaConf.load(VARIANT_DIR / "_base.yaml"))) <= set(cfg)
+    assert set(OmegaConf.to_container(OmegaConf.load(VARIANT_DIR / "parts" / "base.yaml"))) <= set(cfg)
 
 
 def test_the_variant_files_repeat_few_lines():
     lines = {path: [line.strip() for line in path.read_text().splitlines() if line.strip()]
-             for path in Path(VARIANT_DIR).glob("*.yaml")}
+             for path in Path(VARIANT_DIR).rglob("*.yaml")}
     files_with = Counter(line for kept in lines.values() for line in set(kept))
     repeated = sum(1 for kept in lines.values() for line in kept if files_with[line] > 1)
     assert repeated / sum(map(len, lines.values())) < 0.15
