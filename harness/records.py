@@ -717,7 +717,7 @@ def _arrow_type(annotation: Any) -> pa.DataType:
 
 
 def columns_markdown() -> str:
-    """The README's column reference, generated from the field docstrings above."""
+    """The column reference (docs/columns.md), generated from the field docstrings above."""
     lines: list[str] = []
     for name, model in TABLES.items():
         lines += ["", f"#### `{name}`", "", " ".join((model.__doc__ or "").split()), "",

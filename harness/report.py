@@ -16,7 +16,7 @@ from the runs table; see harness/summary.py):
   resolved or not at 95%, and how many paired episodes would resolve the observed difference
   (harness/compare.py, harness/stats.py);
 - the self-evolution metrics: evolution gain, adaptation speed, stability, forgetting, success
-  per 1k tokens and per dollar (formulas in the README);
+  per 1k tokens and per dollar (formulas in docs/report.md);
 - a cost-accuracy plot with the Pareto frontier, learning curves (rolling success by stream
   position, a band over seeds), and, when the data has them, forgetting on replay probes, the
   judge-vs-truth gap, and the spread over stream orders.
@@ -258,7 +258,7 @@ def metrics_section(learning: pl.DataFrame) -> Section:
     shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
     return Section(
         "Self-evolution metrics",
-        "Per group, with 95% CIs in brackets (formulas in the README, section Report): `evolution_gain` = "
+        "Per group, with 95% CIs in brackets (formulas in docs/report.md): `evolution_gain` = "
         "success sequential - isolated on the same tasks (when both scenarios ran); `adaptation_tasks` = "
         "tasks until the rolling success (10 tasks) first reaches 90% of its final level (mean over "
         "runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` = spread of the runs' success "
