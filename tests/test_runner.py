@@ -2,10 +2,23 @@
 
 from collections import defaultdict
 
-from agents.base import Agent, Attempt
+from agents.base import Agent
 from envs.base import EnvEpisode
+from harness.agent_api import Attempt
+from harness.records import MemoryEventRow
 from harness.runner import RunOutcome
 from tests.conftest import ListSink, run_variant
+
+
+class MiswritingAgent(Agent):
+    """Writes a memory event with a column its table does not have, on every other task."""
+
+    async def solve(self, episode: EnvEpisode) -> Attempt:
+        await self.llm.complete(self.messages_for(episode.observation))
+        if self.stream_position % 2:
+            self.recorder.emit(MemoryEventRow, event="insert", no_such_column=1)
+        episode.step("Paris")
+        return Attempt(final_output="Paris", steps=1)
 
 
 class ExplodingAgent(Agent):
@@ -62,3 +75,12 @@ def test_an_agent_bug_is_recorded_on_the_episode_with_its_calls():
                       "~variant.system_prompt")
     assert all(e["error"] == "ValueError: agent bug" and e["n_calls"] == 1 for e in sink.rows["episodes"])
     assert len(sink.rows["llm_calls"]) == 6
+
+
+def test_a_row_an_agent_makes_wrong_fails_its_own_episode_and_the_run_goes_on():
+    outcome, sink = run_one("variant._target_=tests.test_runner.MiswritingAgent")
+    errors = [e["error"] for e in sink.rows["episodes"]]
+    assert outcome.episodes == 6 and all(e is None for e in errors[::2])
+    assert all(e.startswith("ValidationError") and "no_such_column" in e for e in errors[1::2])
+    assert "memory_events" not in sink.rows  # nothing half-made was written
+    assert len(sink.rows["llm_calls"]) == 6  # and every call that was sent has its row
