@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import HarnessConfig
-from harness.errors import exit_with
+from harness.errors import disk_full, exit_with, is_disk_full
 from harness.exit_codes import EXPECTED_ERRORS, exit_for
 
 
@@ -27,6 +27,13 @@ def main(cfg: DictConfig) -> None:
         result = run(settings, Path(HydraConfig.get().runtime.output_dir), resolved)
     except EXPECTED_ERRORS as error:
         raise exit_for(error) from None
+    except OSError as error:  # a full disk where no stage expected one (the lock, a resume's clean-up)
+        if not is_disk_full(error):
+            raise
+        from harness.session import resume_hint
+
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        raise exit_for(disk_full(run_dir, error).with_hint(resume_hint(run_dir))) from None
     except KeyboardInterrupt:
         print(f"\ninterrupted: the episodes finished so far are in {HydraConfig.get().runtime.output_dir}",
               file=sys.stderr)

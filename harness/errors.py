@@ -6,8 +6,10 @@ coloured; a table cell or a terminal line needs the cause alone.
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
+from pathlib import Path
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 MAX_CHARS = 500
@@ -15,6 +17,47 @@ MAX_CHARS = 500
 
 class RunAborted(RuntimeError):
     """A part the whole run depends on died; the message says which and how to resume."""
+
+
+class DiskFull(RunAborted):
+    """A write failed for want of space (tables, memory, snapshots, the manifest): nothing more can
+    be recorded, so the run stops; what was written is kept, and a resume carries on once space is
+    freed. Made by `disk_full`, with the directory in its one-line message."""
+
+    def with_hint(self, resume_hint: str) -> DiskFull:
+        return DiskFull(f"{self}; {resume_hint}")
+
+
+_NO_SPACE = re.compile(r"no space left on device|errno 28|disk quota exceeded", re.IGNORECASE)
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error`, or anything it wraps or was raised from, says the disk is full. pyarrow and
+    LanceDB report it in their own exception types, with errno 28 in the text."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, DiskFull):
+            return True
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if _NO_SPACE.search(str(current)):
+            return True
+        wrapped = getattr(current, "cause", None)  # Ray's wrappers
+        pending += [current.__cause__, current.__context__,
+                    wrapped if isinstance(wrapped, BaseException) else None]
+    return False
+
+
+def disk_full(where: Path | str, error: BaseException) -> DiskFull:
+    """The DiskFull to raise for `error`, naming the directory that could not be written."""
+    if isinstance(error, DiskFull):
+        return error
+    return DiskFull(f"the disk is full: no space left to write under {where} ({one_line(error, 200)})")
 
 
 class Exit(SystemExit):

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from harness.actors import AgentWorker, WorkerReport
 from harness.clock import utc_now
 from harness.config import HarnessConfig
-from harness.errors import RunAborted, one_line, root_cause
+from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_cause
 from harness.model_client import GatewayUnavailable, ModelUnavailable
 from harness.plan import AgentRunSpec, expected_episodes
 from harness.progress import JobFigures, progress_actor_name
@@ -115,7 +115,7 @@ def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pa
     progress = _ProgressReport(settings, specs, run_dir, actors.job, total)
     try:
         _watch(settings, refs, session, actors.writer, progress, total)
-        reports = [_vital("an agent worker", ref, session.resume_hint) for ref in refs]
+        reports = [_vital("an agent worker", ref, session) for ref in refs]
         progress.send(actors.writer, ray.get(actors.writer.poll.remote()), status="finished")
     except BaseException:
         progress.send(actors.writer, None, status="failed")
@@ -140,8 +140,8 @@ def _watch(settings: HarnessConfig, refs: list[ray.ObjectRef], session: JobSessi
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
             check_alive(session.servers, session.resume_hint)
-            _vital("the model limits actor", limits.__ray_ready__.remote(), session.resume_hint)
-            counts = _vital("the writer actor", writer.poll.remote(), session.resume_hint)
+            _vital("the model limits actor", limits.__ray_ready__.remote(), session)
+            counts = _vital("the writer actor", writer.poll.remote(), session)
             if counts[Episode.table] and bar.n == 0:
                 bar.set_description_str("")
             bar.update(counts[Episode.table] - bar.n)
@@ -193,13 +193,16 @@ def _run_rows(specs: list[AgentRunSpec], run_dir: Path, job: int | None,
             for s in specs if s.run_id not in known]
 
 
-def _vital(what: str, ref: ray.ObjectRef, resume_hint: str) -> Any:
+def _vital(what: str, ref: ray.ObjectRef, session: JobSession) -> Any:
     """`ray.get` of something the run cannot do without; if its actor died, stop the run with one
-    line saying what died and how to resume."""
+    line saying what died (or that the disk is full, and where) and how to resume."""
+    resume_hint = session.resume_hint
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as error:
         cause = root_cause(error)
+        if is_disk_full(error):
+            raise disk_full(session.run_dir, cause).with_hint(resume_hint) from None
         if isinstance(cause, (GatewayUnavailable, ModelUnavailable)):
             raise RunAborted(f"{cause}; {resume_hint}") from None
         if isinstance(error, ray.exceptions.RayActorError):

@@ -22,7 +22,7 @@ from hydra.utils import get_class
 from envs.base import Environment
 from harness.clock import utc_now
 from harness.config import HarnessConfig
-from harness.errors import one_line
+from harness.errors import disk_full, is_disk_full, one_line
 from harness.files import write_text_atomically
 from harness.plan import AgentRunSpec
 from harness.records import TABLES, AgentRunInfo, Manifest
@@ -48,27 +48,42 @@ def start_manifest(settings: HarnessConfig, specs: list[AgentRunSpec], resumes: 
 
 
 @contextlib.contextmanager
-def recorded(manifest: Manifest, run_dir: Path) -> Iterator[Manifest]:
+def recorded(manifest: Manifest, run_dir: Path, resume_hint: str = "") -> Iterator[Manifest]:
     """Write `manifest` now and again when the block ends: `finished` if it returned, else
     `interrupted` or `failed` with one line saying why (the exception goes on); either way with
-    the rows written per table and the time."""
-    write_manifest(run_dir, manifest)
+    the rows written per table and the time. A full disk is one DiskFull with `resume_hint`,
+    never a second traceback over the error already on its way."""
+    try:
+        write_manifest(run_dir, manifest)
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        raise disk_full(run_dir, error).with_hint(resume_hint) from None
+    ending: BaseException | None = None
     try:
         yield manifest
         manifest.status = "finished"
-    except KeyboardInterrupt:
-        manifest.status, manifest.error = "interrupted", "interrupted by the user (Ctrl-C)"
+    except KeyboardInterrupt as error:
+        manifest.status, manifest.error, ending = "interrupted", "interrupted by the user (Ctrl-C)", error
         raise
-    except SystemExit:  # Ray's driver turns SIGTERM into SystemExit
-        manifest.status, manifest.error = "interrupted", "terminated by a signal"
+    except SystemExit as error:  # Ray's driver turns SIGTERM into SystemExit
+        manifest.status, manifest.error, ending = "interrupted", "terminated by a signal", error
         raise
     except BaseException as error:
-        manifest.status, manifest.error = "failed", one_line(error)
+        manifest.status, manifest.error, ending = "failed", one_line(error), error
         raise
     finally:
         manifest.tables = {name: count_rows(run_dir, name) for name in TABLES}
         manifest.finished_at = utc_now()
-        write_manifest(run_dir, manifest)
+        try:
+            write_manifest(run_dir, manifest)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            if ending is None:  # the run went well, but its end cannot be recorded
+                raise disk_full(run_dir, error).with_hint(resume_hint) from None
+            # Else the error on its way out says why the run stopped; the manifest keeps its first
+            # version (status running), as after a crash, and a resume carries on from the tables.
 
 
 def record_outcomes(manifest: Manifest, outcomes: list[RunOutcome],

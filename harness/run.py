@@ -57,7 +57,7 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     with exclusive(run_dir):
         specs, resumes = resume_plan(specs, run_dir)
         manifest = start_manifest(settings, specs, resumes, resolved_config)
-        with recorded(manifest, run_dir), contextlib.ExitStack() as stack:
+        with recorded(manifest, run_dir, hint), contextlib.ExitStack() as stack:
             manifest.ray_address, manifest.dashboard_url = stack.enter_context(ray_session(settings.ray))
             if manifest.dashboard_url:
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)

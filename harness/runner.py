@@ -20,7 +20,7 @@ from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.agent_api import Agent, Attempt, AttemptResult, Feedback, Recorder, Scorer, Trial, TuningSet
 from harness.assembly import build_agent, split_options
 from harness.clock import utc_now
-from harness.errors import one_line
+from harness.errors import DiskFull, disk_full, is_disk_full, one_line
 from harness.judge import Judge
 from harness.model_client import (
     BUDGET_EXHAUSTED,
@@ -237,9 +237,11 @@ class EpisodeRunner:
             error = one_line(str(failure))
             if (failure.record.error or "").startswith(BUDGET_EXHAUSTED):
                 self.stopped_by = failure.record.error
-        except GatewayUnavailable:
+        except (GatewayUnavailable, DiskFull):
             raise  # not this episode's failure: the run stops, and a resume runs the episode again
         except Exception as failure:  # an agent or env bug must not end the other tasks of the run
+            if is_disk_full(failure):  # e.g. its memory: no later episode could be recorded either
+                raise disk_full(spec.workdir, failure) from None
             error = one_line(failure)
         finally:
             trial.close()
@@ -249,6 +251,8 @@ class EpisodeRunner:
             try:  # with the episode's rows, so that the episode on disk means its snapshot is too
                 saved = await self.snapshot(agent, position, final=position == len(spec.tasks) - 1)
             except Exception as failure:
+                if is_disk_full(failure):
+                    raise disk_full(spec.workdir, failure) from None
                 error = error or f"saving the snapshot failed: {one_line(failure)}"
         calls = llm.take_records()
         transcripts = llm.take_transcripts()

@@ -41,6 +41,8 @@ class JobSession:
     """What to tell the user to type when the job stops on its way."""
     stack: contextlib.ExitStack
     """Where the execute stage registers what it starts, to be stopped with the session."""
+    run_dir: Path
+    """The job's directory, where its tables, memories and snapshots are written."""
 
 
 def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
@@ -49,7 +51,7 @@ def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_di
     answer_key = ({t.question: t.answer for s in specs for t in [*s.tasks, *s.tuning_tasks]}
                   if settings.model.is_scripted else None)
     limits_name, servers = _job_model_limits(settings, run_dir, stack)
-    return JobSession(limits_name, tuple(servers), answer_key, resume_hint, stack)
+    return JobSession(limits_name, tuple(servers), answer_key, resume_hint, stack, run_dir)
 
 
 def start_model_limits(models: list[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,

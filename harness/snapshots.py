@@ -42,13 +42,17 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
     target = run_dir / relative
     temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     temporary.mkdir(parents=True)
-    learnt = await agent.export_learnt()
-    (temporary / STATE).write_text(json.dumps(learnt.state, indent=1))
-    if learnt.memory is not None:
-        pq.write_table(learnt.memory, temporary / MEMORY, compression="zstd")
-    if target.exists():  # the episode ran again after a crash: its snapshot is replaced whole
-        shutil.rmtree(target)
-    temporary.rename(target)
+    try:
+        learnt = await agent.export_learnt()
+        (temporary / STATE).write_text(json.dumps(learnt.state, indent=1))
+        if learnt.memory is not None:
+            pq.write_table(learnt.memory, temporary / MEMORY, compression="zstd")
+        if target.exists():  # the episode ran again after a crash: its snapshot is replaced whole
+            shutil.rmtree(target)
+        temporary.rename(target)
+    except BaseException:  # a full disk, say: no half-written snapshot is left behind
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
     return SnapshotRow(run_id=run_id, episode_id=episode_id, position=position, final=final, path=relative,
                        memory_items=learnt.memory_items, memory_version=learnt.memory_version,
                        system_prompt=learnt.system_prompt, tools=learnt.tools,
