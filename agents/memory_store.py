@@ -16,6 +16,7 @@ only writer.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from collections.abc import Awaitable, Callable
@@ -263,6 +264,10 @@ class EpisodicMemory:
 
             self.directory.mkdir(parents=True, exist_ok=True)
             db = await lancedb.connect_async(self.directory)
+            # A table left by an earlier try of this run (a resume replays it from the start) goes
+            # whole, versions included, so the replay's versions are those of an uninterrupted run.
+            with contextlib.suppress(ValueError):
+                await db.drop_table(self.table_name)
             self._table = await db.create_table(self.table_name, schema=item_model(dim), mode="overwrite")
         return self._table
 
