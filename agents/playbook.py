@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agents.base import Agent
-from agents.memory_store import cosine
+from agents.memory_store import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, Feedback, Render
 from harness.records import GateKind, PlaybookEventRow
@@ -261,7 +261,8 @@ class PlaybookAgent(Agent):
 
     async def _sync(self) -> None:
         """The run's LanceDB table of bullet vectors mirrors the playbook (kept for inspection and
-        for the vector search a large playbook would need)."""
+        for the vector search a large playbook would need). Each change rewrites it whole, a new
+        version, and the versions before it are deleted: on disk it holds the playbook once."""
         if not self.bullets:
             return
         import lancedb
@@ -271,6 +272,7 @@ class PlaybookAgent(Agent):
         rows = [{"bullet_id": b.bullet_id, "section": b.section, "text": b.text, "vector": b.vector}
                 for b in self.bullets]
         self._table = await db.create_table(self._table_name, data=rows, mode="overwrite")
+        await compact_table(self._table)
 
     def _event(self, kind: str, bullet: Bullet, similarity: float | None = None) -> None:
         self.recorder.emit(PlaybookEventRow, event=kind, bullet_id=bullet.bullet_id, section=bullet.section,

@@ -599,8 +599,10 @@ class SnapshotRow(Record):
     memory_items: int | None
     """Items in the memory at that point; null for variants without memory."""
     memory_version: int | None
-    """Version of the run's LanceDB memory table at that point (`table.checkout(version)` on
-    memory/<run_id>.lance shows the same rows); null without memory."""
+    """Version of the run's LanceDB memory table at that point: it grows with every write to the
+    table, so a later snapshot has a larger one; null without memory. The memory deletes its older
+    versions as it compacts its table, so that point's rows are in memory.parquet, not behind
+    `table.checkout(version)`."""
     system_prompt: str
     """The system prompt the agent acted with (OPRO's tuned one, for example)."""
     tools: int
