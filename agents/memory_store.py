@@ -56,7 +56,8 @@ section 6). At 1,000 lessons, every 5 / 10 / 25 / 50 / 100 writes: search 1.2 / 
 2.9 times as long as on the same lessons written in one go, peak disk 1.6 / 1.7 / 1.9 / 2.2 / 3.2 KB
 a lesson, total time the same up to 25 and then longer (+25% at 50, +60% at 100). At 10,000 lessons
 (indexed, where each compaction adds an index segment) 25 beat 10: search 1.7x against 1.9x, 340 s
-against 500 s."""
+against 500 s. On this shared 2-core machine the ratios vary by a third from run to run (1.75x and
+1.2x at 1,000 lessons, every 25 writes)."""
 
 INDEX_SEGMENTS = 4
 """Segments the index may have before a compaction rebuilds it whole: each compaction adds the rows
