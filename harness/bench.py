@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import importlib
 import statistics
 import tempfile
 import threading
@@ -35,6 +36,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -383,18 +385,26 @@ class _Grown:
     """Bytes on disk after each of the last tenth of the tasks."""
 
 
+MEMORY_STORE = "agents.memory_store"
+"""The memory the bench grows, loaded by name as the harness loads every agent piece (by
+`_target_`): harness/ never imports agents/."""
+
+
+def _memory_store() -> ModuleType:
+    return importlib.import_module(MEMORY_STORE)
+
+
 async def _grow(directory: Path, lessons: int, dim: int, compact_every: int, probes: np.ndarray,
                 limit: int) -> _Grown:
     """An EpisodicMemory grown as an agent grows it: per task a recall, then a distilled lesson stored
     (every third task unrewarded). Over the last tenth of the tasks (at least `compact_every` of them:
     a whole compaction cycle), a probe's search and the bytes on disk after each task."""
-    from agents.memory_store import EpisodicMemory
     from envs.base import TaskView
     from harness.agent_api import AttemptResult, Feedback, Recorder
 
     recorder = Recorder()
-    memory = EpisodicMemory(_ScriptedMemoryModel(dim), recorder, directory, "grown", capacity=lessons,
-                            compact_every=compact_every)
+    memory = _memory_store().EpisodicMemory(_ScriptedMemoryModel(dim), recorder, directory, "grown",
+                                            capacity=lessons, compact_every=compact_every)
     grown = _Grown(memory, [], [], [])
     for position in range(lessons):
         task = TaskView(task_id=f"t{position}", family="bench", question=f"Question {position}?")
@@ -420,11 +430,9 @@ async def _grow_uncompacted(directory: Path, lessons: int, dim: int, top_k: int 
     access counts of `top_k` recalled lessons, then an add of the new lesson; nothing compacted."""
     import lancedb
 
-    from agents.memory_store import item_model
-
     rng = np.random.default_rng(1)
     db = await lancedb.connect_async(directory)
-    table = await db.create_table("today", schema=item_model(dim))
+    table = await db.create_table("today", schema=_memory_store().item_model(dim))
     for position in range(lessons):
         if position:
             recalled = rng.choice(position, size=min(top_k, position), replace=False)
@@ -450,9 +458,7 @@ def grown_memory(sizes: list[int], queries: int, uncompacted_up_to: int = 1000, 
     for, over the same probes; while growing, one after each of the last tenth of the tasks, so that
     every point of the compaction cycle counts ("recalls while growing": the memory's own recalls
     then; "peak": the most bytes on disk after any of those tasks)."""
-    from agents.memory_store import COMPACT_EVERY
-
-    every = compact_every or COMPACT_EVERY
+    every = compact_every or _memory_store().COMPACT_EVERY
 
     async def measure(size: int, directory: Path) -> dict[str, Any]:
         probes = np.random.default_rng(2).standard_normal((queries, dim)).astype(np.float32)
