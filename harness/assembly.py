@@ -68,13 +68,19 @@ def _configured(factory: type, llm: ModelClient, options: dict[str, Any], **extr
         raise ConfigError(f"invalid config: variant: {message}") from None
 
 
+def build_judge(options: HarnessOptions, llm: ModelClient) -> Judge | None:
+    """The run's judge (`variant.judge`): it scores every attempt, and best-of-k may pick with it."""
+    return _configured(Judge, llm, options.judge) if options.judge is not None else None
+
+
 def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None = None,
-                env: Environment | None = None) -> Agent:
-    """The run's agent with its judge and the guard on its self-edits: the safety check and, with
-    `variant.gate=sealed` and an env to probe, the sealed gate on the run's tuning split."""
+                env: Environment | None = None, judge: Judge | None = None) -> Agent:
+    """The run's agent with its judge (the run's, else one of its own) and the guard on its
+    self-edits: the safety check and, with `variant.gate=sealed` and an env to probe, the sealed
+    gate on the run's tuning split."""
     own, options = split_options(spec.variant_cfg)
     recorder = recorder or Recorder()
-    judge = _configured(Judge, llm, options.judge) if options.judge is not None else None
+    judge = judge or build_judge(options, llm)
     safety = (_configured(SafetyChecker, llm, options.safety, recorder=recorder)
               if options.safety is not None else None)
     guard = Guard(safety=safety)

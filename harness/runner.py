@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from envs.base import EnvEpisode, Environment, Task, TaskView
 from harness.agent_api import Agent, Attempt, AttemptResult, Feedback, Recorder, Scorer, Trial, TuningSet
-from harness.assembly import build_agent, split_options
+from harness.assembly import build_agent, build_judge, split_options
 from harness.clock import utc_now
 from harness.errors import DiskFull, disk_full, is_disk_full, one_line
 from harness.judge import Judge
@@ -121,10 +121,10 @@ class EnvTuningSet(TuningSet):
 
 
 async def start_agent(spec: AgentRunSpec, llm: AgentModelClient, env: Environment,
-                      recorder: Recorder) -> Agent:
+                      recorder: Recorder, judge: Judge | None = None) -> Agent:
     """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from;
     with `variant.gate=sealed`, its sealed gate on the run's tuning split."""
-    agent = build_agent(spec, llm, recorder, env)
+    agent = build_agent(spec, llm, recorder, env, judge)
     if spec.start_from is not None:
         await load_snapshot(agent, Path(spec.start_from))
     return agent
@@ -147,8 +147,10 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                            transcripts=spec.transcripts, function_calling=spec.function_calling)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     recorder = Recorder()
-    episodes = EpisodeRunner(spec, env, llm, sink, recorder)
-    agent = await start_agent(spec, llm, env, recorder)
+    options = split_options(spec.variant_cfg)[1]
+    judge = build_judge(options, llm)  # one per run: it scores the trials and serves the agent
+    episodes = EpisodeRunner(spec, env, llm, sink, recorder, judge, options.reward_source)
+    agent = await start_agent(spec, llm, env, recorder, judge)
     probes = probe_points(spec)
     snapshots = snapshot_points(spec)
     tune = spec.start_from is None and not spec.frozen  # a snapshot's prompt is already tuned
@@ -160,7 +162,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
         if spec.scenario == "isolated" and position > 0:
-            agent = await start_agent(spec, llm, env, recorder)  # fresh: nothing learnt is carried over
+            agent = await start_agent(spec, llm, env, recorder, judge)  # fresh: nothing learnt carries over
         fresh = position == 0 or spec.scenario == "isolated"
         await episodes.run(agent, task, position, prepare=tune and fresh, snapshot=position in snapshots)
         if position in probes:
@@ -173,15 +175,14 @@ class EpisodeRunner:
     """Runs one episode of an agent run and writes everything it produced."""
 
     def __init__(self, spec: AgentRunSpec, env: Environment, llm: AgentModelClient, sink: RecordSink,
-                 recorder: Recorder) -> None:
+                 recorder: Recorder, judge: Judge | None = None, reward_source: str = "truth") -> None:
         self.spec = spec
         self.env = env
         self.llm = llm
         self.sink = sink
         self.recorder = recorder
-        options = split_options(spec.variant_cfg)[1]
-        self.reward_source = options.reward_source
-        self.judge = Judge(llm, **options.judge) if options.judge is not None else None
+        self.judge = judge
+        self.reward_source = reward_source
         self.finished = set(spec.finished)
         self.stopped_by: str | None = None
         """Set when the gateway refused a call because the run's budget was spent."""
