@@ -82,13 +82,14 @@ def resume_plan(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRun
     specs, and how many times the directory has now been resumed."""
     recover(run_dir)  # a compaction a crash cut short must not show its rows twice
     finished = finished_episodes(run_dir)
-    if not finished:
-        return specs, 0
     planned = {eid for spec in specs for eid in episode_ids(spec)}
-    if not finished & planned:
+    if finished and not finished & planned:
         raise ConfigError(f"invalid config: {run_dir} holds episodes of other runs (a different config); "
                           "resume with the config that wrote them, or choose a new directory")
+    # Also when no episode finished: a run stopped during its first episodes leaves their calls.
     dropped = drop_orphans(run_dir, finished)
+    if not finished and not dropped:
+        return specs, 0
     specs = [s.model_copy(update={"finished": sorted(set(episode_ids(s)) & finished)}) for s in specs]
     left = sum(expected_episodes(s) - len(s.finished) for s in specs)
     print(f"resuming in {run_dir}: {len(finished & planned)} episodes already written, {left} to go"

@@ -21,11 +21,9 @@ OPTIONS = [*QUIET, "variant=memory", "model=scripted", "embedder=hashing", "seed
            "stream.snapshot_every=10"]
 VARYING = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "queued_s", "memory_id"}
 """Columns that differ between any two runs (ids and clocks)."""
-SKIPPED = {"interrupted_calls", "llm_calls"}
-"""interrupted_calls: the calls of the episode the full disk cut short, which a resume records and an
-uninterrupted run does not have. llm_calls: KNOWN BUG, found by this test and open in issue 24: in
-about one try in three, the resume ends with the calls of a few episodes twice (other call ids, same
-episodes; transcripts and every other table exact). Compare it here again once that is fixed."""
+SKIPPED = {"interrupted_calls"}
+"""The calls of the episodes the full disk cut short, which a resume records and an uninterrupted run
+does not have."""
 
 
 def mounted_tmpfs(directory: Path, size: str) -> bool:

@@ -119,3 +119,31 @@ def test_orphan_rows_of_unfinished_episodes_are_removed(tmp_path):
     finished = finished_episodes(tmp_path)
     assert len(finished) == 2 and drop_orphans(tmp_path, finished) == 2
     assert set(pl.read_parquet(tmp_path / "llm_calls" / "*.parquet")["episode_id"]) == finished
+
+
+def test_a_run_stopped_before_its_first_episode_was_written_leaves_no_calls_to_repeat(tmp_path):
+    """Calls sent in the first episodes, none of which finished, are interrupted calls on resume:
+    the resumed run sends them again, and llm_calls must hold only the ones of written episodes."""
+    from harness.plan import build_plan
+    from harness.preflight import resume_plan
+    from tests.conftest import run_variant, scripted_settings
+
+    run = run_variant("stream.num_tasks=2")
+    writer = TableWriter(tmp_path, flush_interval_s=3600)
+    writer.append("llm_calls", run.rows["llm_calls"])  # no episode row: stopped before the first one
+    writer.close()
+    specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
+    resumed, resumes = resume_plan(specs, tmp_path)
+    assert resumes == 1 and all(not spec.finished for spec in resumed)
+    assert not list((tmp_path / "llm_calls").glob("*.parquet"))
+    interrupted = pl.read_parquet(tmp_path / "interrupted_calls" / "*.parquet")
+    assert sorted(interrupted["call_id"]) == sorted(row["call_id"] for row in run.rows["llm_calls"])
+
+
+def test_a_fresh_directory_is_no_resume(tmp_path):
+    from harness.plan import build_plan
+    from harness.preflight import resume_plan
+    from tests.conftest import scripted_settings
+
+    specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
+    assert resume_plan(specs, tmp_path) == (specs, 0)
