@@ -1,51 +1,56 @@
-"""Thin Ray actors: hosting and scheduling only.
+"""Thin Ray actors: hosting and scheduling only (harness/pool.py starts them, once per sweep).
 
-- agent workers host many agent runs as asyncio tasks in one process each, so a machine's cores
-  serve many agents without one process per agent; each worker has its own `Gateway` replica, so
-  no single process sees every model call (the models' limits stay global: harness.limits);
-- the writer actor wraps `TableWriter` (one per job);
+- agent workers host many agent runs, of any job, as asyncio tasks in one process each, so a
+  machine's cores serve many agents without one process per agent or per job; each worker has its
+  own `Gateway` replica, so no single process sees every model call (the models' limits stay
+  global: harness.limits);
+- the writer hub holds one `TableWriter` per job, each writing into its own job's directory;
 - a `ModelLimits` actor (one per run or sweep) holds the limits the replicas share.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import time
 import warnings
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
-from harness.config import CacheSettings, EndpointSettings
+from harness.config import EndpointSettings
 from harness.limits import SharedLimits
 from harness.plan import AgentRunSpec, build_environment, episode_ids
 from harness.runner import RunOutcome, run_agent
+from harness.writer import TableWriter
 
 
 class ActorSink:
-    """Sends rows to the writer actor in batches (one Ray call for many episodes' rows, at most
-    FLUSH_S late), without waiting; `drain` sends the rest and waits until all have arrived. A
-    worker that dies loses at most its unsent batch, whose episodes have no row at the writer yet
-    and so are run again (AgentWorker.run)."""
+    """Sends rows of every job this worker serves to the writer hub in batches (one Ray call for many
+    episodes' rows, at most FLUSH_S late), without waiting; `drain` sends the rest and waits until
+    all have arrived. A worker that dies loses at most its unsent batch, whose episodes have no row
+    at the writer yet and so are run again (AgentWorker.run)."""
 
     FLUSH_S = 0.1
     MAX_ROWS = 2000
 
-    def __init__(self, actor: ray.actor.ActorHandle) -> None:
-        self.actor = actor
-        self._batch: dict[str, list[dict[str, Any]]] = {}
+    def __init__(self, hub: ray.actor.ActorHandle) -> None:
+        self.hub = hub
+        self._batch: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self._rows = 0
         self._timer: asyncio.TimerHandle | None = None
         self._pending: list[ray.ObjectRef] = []
 
-    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def append(self, job: str, table: str, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        self._batch.setdefault(table, []).extend(rows)
+        self._batch.setdefault(job, {}).setdefault(table, []).extend(rows)
         self._rows += len(rows)
         if self._rows >= self.MAX_ROWS:
             self._send()
@@ -57,7 +62,7 @@ class ActorSink:
             self._timer.cancel()
             self._timer = None
         if self._batch:
-            self._pending.append(self.actor.append_many.remote(self._batch))
+            self._pending.append(self.hub.append_many.remote(self._batch))
             self._batch, self._rows = {}, 0
         if len(self._pending) > 256:  # forget the sends that have already arrived
             _, self._pending = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
@@ -68,6 +73,69 @@ class ActorSink:
         await asyncio.gather(*pending)
 
 
+@dataclass(frozen=True)
+class JobSink:
+    """One job's rows, through its worker's sink (harness.runner.RecordSink)."""
+
+    sink: ActorSink
+    job: str
+
+    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+        self.sink.append(self.job, table, rows)
+
+
+class WriterHub:
+    """The writer actor of a pool: a `TableWriter` for each job it opened, keyed by the job's
+    directory. A job's failure (a full disk under its directory, another writer taking it over)
+    stays that job's: kept, and raised to it when it next asks (poll), never to the other jobs
+    whose rows came in the same batch."""
+
+    def __init__(self) -> None:
+        self._writers: dict[str, TableWriter] = {}
+        self._failures: dict[str, Exception] = {}
+
+    def open(self, job: str, flush_interval_s: float) -> None:
+        self._failures.pop(job, None)
+        self._writers[job] = TableWriter(job, flush_interval_s)
+
+    def append(self, job: str, table: str, rows: list[dict[str, Any]]) -> None:
+        self._call(job, lambda writer: writer.append(table, rows))
+
+    def append_many(self, batches: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
+        for job, batch in batches.items():
+            if job not in self._writers or job in self._failures:
+                continue  # a job that has stopped: a resume runs these episodes again
+            with contextlib.suppress(Exception):  # kept in _failures for the job
+                self._call(job, lambda writer, batch=batch: writer.append_many(batch))
+
+    def poll(self, job: str) -> dict[str, int]:
+        return self._call(job, TableWriter.poll)
+
+    def figures(self, job: str) -> dict[str, Any]:
+        return self._call(job, TableWriter.figures)
+
+    def restart_runs(self, job: str, run_ids: list[str]) -> list[str]:
+        return self._call(job, lambda writer: writer.restart_runs(run_ids))
+
+    def close(self, job: str, compact: bool = True) -> dict[str, int]:
+        """Flush what reached the job's writer and close it (also after its failure: what can be
+        written is)."""
+        self._failures.pop(job, None)
+        writer = self._writers.pop(job, None)
+        return writer.close(compact) if writer is not None else {}
+
+    def _call(self, job: str, action: Callable[[TableWriter], Any]) -> Any:
+        if job in self._failures:
+            raise self._failures[job]
+        if job not in self._writers:
+            raise RuntimeError(f"no writer is open for {job}")
+        try:
+            return action(self._writers[job])
+        except Exception as failure:
+            self._failures[job] = failure
+            raise
+
+
 class WorkerReport(BaseModel):
     outcomes: list[RunOutcome]
     env_setup_s: dict[str, float]
@@ -75,25 +143,24 @@ class WorkerReport(BaseModel):
 
 
 class AgentWorker:
-    def __init__(self, writer: str, limits: str, models: list[EndpointSettings],
-                 answer_key: dict[str, str] | None, cache: CacheSettings) -> None:
+    def __init__(self, hub: str, limits: str) -> None:
         """Peers by actor name, not handle: a restarted worker looks them up again (handles passed
         as constructor arguments would live in the object store, which a restart must not rely on).
         The gateway (and so litellm: seconds) is imported here, so the worker is ready only once
         that is paid; it is built in `_connect`, which must not block the event loop."""
         import harness.gateway  # noqa: F401
 
-        self._models, self._answer_key, self._cache = models, answer_key, cache
         self._limits_name = limits
         self.limits: SharedLimits | None = None
         self.gateway: Any = None
-        self.writer = ray.get_actor(writer)
-        self.sink = ActorSink(self.writer)
+        self.hub = ray.get_actor(hub)
+        self.sink = ActorSink(self.hub)
         self._environments: dict[str, Environment] = {}
+        self._setting_up = asyncio.Lock()
 
     async def _connect(self) -> None:
         """Join the model limits (a restarted worker gets back what its dead process held) and
-        build this worker's gateway replica, pointed at the local model servers of the run."""
+        build this worker's gateway replica, pointed at the local model servers of the pool."""
         if self.gateway is not None:
             return
         name = ray.get_runtime_context().get_actor_name()
@@ -103,7 +170,7 @@ class AgentWorker:
 
         self.limits = SharedLimits(limiter, name)
         servers = await limiter.local_servers.remote()
-        self.gateway = Gateway(self._models, servers, self._answer_key, self._cache, limits=self.limits)
+        self.gateway = Gateway([], servers, limits=self.limits)
 
     def reclaim(self, key: str) -> None:
         """Called by the limits actor: another replica waits for this model."""
@@ -131,22 +198,46 @@ class AgentWorker:
             seconds[spec.env] = seconds.get(spec.env, 0.0) + time.perf_counter() - clock
         return seconds
 
-    async def run(self, specs: list[AgentRunSpec]) -> WorkerReport:
+    async def run(self, job: str, specs: list[AgentRunSpec], models: list[EndpointSettings],
+                  answer_key: dict[str, str] | None) -> WorkerReport:
+        """Run these agent runs of `job` (its directory: where the hub writes its rows) to the end.
+        If one stops the job (its model is unavailable, its disk is full), the others are cancelled:
+        the job stops, and a resume runs their unfinished episodes again."""
         await self._connect()
+        self.gateway.register(models, answer_key=answer_key)
         if _restarted():
             # Ray restarted this worker after its process died and retries this call: carry on
             # from what the writer has, as a resume would (replay finished episodes, run the rest).
-            finished = set(await self.writer.restart_runs.remote([s.run_id for s in specs]))
+            finished = set(await self.hub.restart_runs.remote(job, [s.run_id for s in specs]))
             specs = [s.model_copy(update={"finished": sorted(finished & set(episode_ids(s)))})
                      for s in specs]
-        setup_s = await asyncio.to_thread(self.setup, specs)
-        _settle_the_heap()
+        async with self._setting_up:  # another job's set-up may be building the same environment
+            setup_s = await asyncio.to_thread(self.setup, specs)
+            _settle_the_heap()
+        sink = JobSink(self.sink, job)
         try:
-            outcomes = await asyncio.gather(*(
-                run_agent(spec, self._environment(spec.env_cfg), self.gateway, self.sink) for spec in specs))
+            outcomes = await _all_or_none([
+                run_agent(spec, self._environment(spec.env_cfg), self.gateway, sink) for spec in specs])
         finally:
             await self.sink.drain()
-        return WorkerReport(outcomes=list(outcomes), env_setup_s=setup_s)
+        return WorkerReport(outcomes=outcomes, env_setup_s=setup_s)
+
+
+async def _all_or_none(runs: list[Coroutine[Any, Any, RunOutcome]]) -> list[RunOutcome]:
+    """Every run's outcome; on the first failure (or a cancellation) the other runs are cancelled
+    and awaited, then the failure is raised as it is."""
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        unfinished = [task for task in tasks if not task.done()]
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+    failed = next((task for task in tasks if not task.cancelled() and task.exception() is not None), None)
+    if failed is not None:
+        raise failed.exception()  # type: ignore[misc]
+    return [task.result() for task in tasks]
 
 
 def _settle_the_heap() -> None:

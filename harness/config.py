@@ -256,10 +256,12 @@ class BudgetSettings(_Strict):
 
 class RaySettings(_Strict):
     address: str | None
-    num_workers: int = Field(gt=0)
+    num_workers: int | None = Field(gt=0)
+    """Agent workers of the pool (a sweep's jobs share one); None: one per CPU of the cluster."""
     include_dashboard: bool
     limits: str | None
-    """Name of a running ModelLimits actor to share (the Ray launcher sets it for every job of a sweep)."""
+    """Set by the Ray sweep launcher for every job of its sweep: the name of the sweep's pool (its model
+    limits actor); the job then runs on that pool, driven by the launcher."""
 
     @field_validator("address")
     @classmethod

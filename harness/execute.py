@@ -1,8 +1,9 @@
-"""The execute stage of a job: its agent runs on Ray, with a progress bar.
+"""The execute stage of a job: its agent runs on the pool's workers, with a progress bar.
 
-One writer actor (harness/writer.py) and a few agent worker actors (harness/actors.py), each
-hosting several agent runs; the driver only waits, watches what the job depends on, and shows the
-progress (and sends it to the sweep's live view when the job is part of one).
+The job opens its writer in the pool's writer hub and hands its agent runs to the least loaded
+agent workers (harness/pool.py); the driver only waits, watches what the job depends on, and shows
+the progress (and sends it to the sweep's live view when the job is part of one). In a sweep, each
+job's driver is a thread of the launcher's process.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from tqdm import tqdm
 
-from harness.actors import AgentWorker, WorkerReport
+from harness.actors import WorkerReport
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_cause
@@ -32,11 +32,8 @@ from harness.records import Episode, RunRow
 from harness.runner import RunOutcome
 from harness.session import JobSession, check_alive
 from harness.summary import read_table
-from harness.writer import TableWriter
 
 POLL_S = 0.5
-WORKER_RESTARTS = 3
-"""How often Ray restarts a dead agent worker (OOM, segfault, kill -9) before the run gives up."""
 
 
 @dataclass(frozen=True)
@@ -49,29 +46,37 @@ class Executed:
 
 
 @dataclass(frozen=True)
-class JobActors:
-    """The actors of one job: where its rows go and who runs its agent runs."""
+class JobWriter:
+    """The job's writer in the pool's hub: its rows go into `key`, the job's directory."""
 
-    job: int | None
-    """The job's number in its sweep; None for a single run."""
-    writer: ray.actor.ActorHandle
-    workers: list[ray.actor.ActorHandle]
-    assignments: list[list[AgentRunSpec]]
-    """The agent runs of each worker, in the order of `workers`."""
+    hub: ray.actor.ActorHandle
+    key: str
+
+    def poll(self) -> ray.ObjectRef:
+        return self.hub.poll.remote(self.key)
+
+    def figures(self) -> ray.ObjectRef:
+        return self.hub.figures.remote(self.key)
 
 
-def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-            session: JobSession) -> Executed:
+def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, session: JobSession,
+            identity: JobIdentity) -> Executed:
     """Run the agent runs not already finished (a resume's) into `run_dir`."""
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]
     if not specs:
         return Executed()
-    job, overrides = _job_identity()
-    actors = _start_actors(settings, specs, run_dir, session, job)
-    actors.writer.append.remote(RunRow.table, _run_rows(specs, run_dir, job, overrides))
-    # Each worker's gateway imports litellm (seconds); wait for them here, not under the progress bar.
-    ray.get([actor.__ray_ready__.remote() for actor in (actors.writer, *actors.workers)])
-    reports = _run_workers(settings, specs, run_dir, session, actors)
+    pool = session.pool
+    writer = JobWriter(pool.hub, str(run_dir))
+    ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s))
+    pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, run_dir, identity))
+    models = [settings.model, settings.embedder]
+    assignments = pool.assign(specs)
+    refs = [pool.workers[index].run.remote(writer.key, batch, models, session.answer_key)
+            for index, batch in assignments]
+    try:
+        reports = _run_workers(settings, specs, run_dir, session, writer, refs, identity.number)
+    finally:
+        pool.release(assignments)
     env_setup_s: dict[str, list[float]] = {}
     for report in reports:
         for env, seconds in report.env_setup_s.items():
@@ -79,59 +84,35 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     return Executed([o for report in reports for o in report.outcomes], env_setup_s)
 
 
-def _start_actors(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, session: JobSession,
-                  job: int | None) -> JobActors:
-    """The writer and the agent workers, killed when the session ends. Their dashboard names lead
-    to the output: the job, the agent runs an actor hosts, the run directory."""
-    label = f"job {job}" if job is not None else "job"
-    tag = uuid.uuid4().hex[:6]  # a resumed job's new actors must not clash with a dying run's
-    writer_name = f"{label} writer {tag}: {run_dir}"
-    writer = ray.remote(num_cpus=0)(TableWriter).options(name=writer_name).remote(
-        str(run_dir), settings.output.flush_interval_s)
-    n_workers = min(settings.ray.num_workers, len(specs))
-    assignments = [specs[i::n_workers] for i in range(n_workers)]
-    # A worker whose process dies is restarted by Ray and its `run` retried; it carries on from what
-    # the writer holds (AgentWorker.run), so the run ends with the rows of an uninterrupted one.
-    # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray
-    # sends an actor that asks for no resource at all to a random node, so each asks for one byte.
-    models = [settings.model, settings.embedder]
-    worker = ray.remote(num_cpus=0, memory=1, max_restarts=WORKER_RESTARTS,
-                        max_task_retries=WORKER_RESTARTS)(AgentWorker)
-    workers = [worker.options(name=f"{label} agents #{i} {tag}: {', '.join(s.run_id for s in batch)}",
-                              scheduling_strategy="SPREAD")
-               .remote(writer_name, session.limits_name, models, session.answer_key, settings.cache)
-               for i, batch in enumerate(assignments)]
-    for actor in (writer, *workers):
-        session.stack.callback(ray.kill, actor)
-    return JobActors(job, writer, workers, assignments)
-
-
 def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, session: JobSession,
-                 actors: JobActors) -> list[WorkerReport]:
-    """Each worker's agent runs, watched until all are done; the writer is closed (what reached it
-    flushed) however that ends."""
-    refs = [w.run.remote(a) for w, a in zip(actors.workers, actors.assignments, strict=True)]
+                 writer: JobWriter, refs: list[ray.ObjectRef], job: int | None) -> list[WorkerReport]:
+    """The job's agent runs on their workers, watched until all are done; however that ends, the
+    runs still going are cancelled and the writer closed (what reached it flushed)."""
     total = sum(expected_episodes(s) - len(s.finished) for s in specs)
-    progress = _ProgressReport(settings, specs, run_dir, actors.job, total)
+    progress = _ProgressReport(settings, specs, run_dir, job, total)
     try:
-        _watch(settings, refs, session, actors.writer, progress, total)
+        _watch(settings, refs, session, writer, progress, total)
         reports = [_vital("an agent worker", ref, session) for ref in refs]
-        progress.send(actors.writer, ray.get(actors.writer.poll.remote()), status="finished")
+        progress.send(writer, ray.get(writer.poll()), status="finished")
     except BaseException:
-        progress.send(actors.writer, None, status="failed")
+        progress.send(writer, None, status="failed")
+        for ref in refs:  # the job has stopped: its runs on the shared workers stop too
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
         raise
     finally:
-        # Also on Ctrl-C or a failure: what reached the writer is flushed before its actor is killed.
+        # Also on Ctrl-C or a failure: what reached the writer is flushed before the job ends
+        # (compacting a long run's parts takes a while).
         with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(actors.writer.close.remote(), timeout=300)  # compacting a long run's parts takes a while
+            ray.get(writer.hub.close.remote(writer.key), timeout=300)
     return reports
 
 
 def _watch(settings: HarnessConfig, refs: list[ray.ObjectRef], session: JobSession,
-           writer: ray.actor.ActorHandle, progress: _ProgressReport, total: int) -> None:
+           writer: JobWriter, progress: _ProgressReport, total: int) -> None:
     """Wait for `refs`, stopping the job in one line if what it depends on dies; the progress bar
     counts the episodes the writer has received."""
-    limits = ray.get_actor(session.limits_name)
+    limits = ray.get_actor(session.pool.limits_name)
     pending = list(refs)
     # Workers first build their environments (TextWorld compiles its games once, then caches
     # them): the bar says so until the first episode arrives.
@@ -141,7 +122,7 @@ def _watch(settings: HarnessConfig, refs: list[ray.ObjectRef], session: JobSessi
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
             check_alive(session.servers, session.resume_hint)
             _vital("the model limits actor", limits.__ray_ready__.remote(), session)
-            counts = _vital("the writer actor", writer.poll.remote(), session)
+            counts = _vital("the writer actor", writer.poll(), session)
             if counts[Episode.table] and bar.n == 0:
                 bar.set_description_str("")
             bar.update(counts[Episode.table] - bar.n)
@@ -163,33 +144,42 @@ class _ProgressReport:
             budget_tokens=budget.max_tokens * len(specs) if budget.max_tokens else None,
             budget_usd=budget.max_cost_usd * len(specs) if budget.max_cost_usd else None)
 
-    def send(self, writer: ray.actor.ActorHandle, counts: dict[str, int] | None,
-             status: str = "running") -> None:
+    def send(self, writer: JobWriter, counts: dict[str, int] | None, status: str = "running") -> None:
         if self.actor is None:
             return
         update: dict[str, Any] = {"status": status}
         if counts is not None:
-            update.update(ray.get(writer.figures.remote()), episodes_done=counts[Episode.table])
+            update.update(ray.get(writer.figures()), episodes_done=counts[Episode.table])
         self.figures = self.figures.model_copy(update=update)
         self.actor.update.remote(self.figures)
 
 
-def _job_identity() -> tuple[int | None, list[str]]:
-    """This job's number in its sweep (None for a single run) and its command-line overrides."""
-    if not HydraConfig.initialized():
-        return None, []
-    hydra_cfg = HydraConfig.get()
-    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("ray.limits=", "progress="))]
-    return (int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None), overrides
+@dataclass(frozen=True)
+class JobIdentity:
+    """Who the job is in its sweep, read from its Hydra job when it is prepared (a sweep's jobs run
+    later, side by side, in threads that cannot ask Hydra)."""
+
+    number: int | None = None
+    """The job's number in its sweep; None for a single run."""
+    overrides: list[str] = field(default_factory=list)
+    """Its command-line overrides (the sweep's own settings for it left out)."""
+
+    @classmethod
+    def of_hydra_job(cls) -> JobIdentity:
+        if not HydraConfig.initialized():
+            return cls()
+        hydra_cfg = HydraConfig.get()
+        overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("ray.limits=", "progress="))]
+        return cls(int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None, overrides)
 
 
-def _run_rows(specs: list[AgentRunSpec], run_dir: Path, job: int | None,
-              overrides: list[str]) -> list[dict[str, Any]]:
+def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -> list[dict[str, Any]]:
     """A `runs` row for each agent run not already described there (a resume adds none)."""
     known = set(read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list())
     return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
-                   scenario=s.scenario, model=s.model, job=job, overrides=" ".join(overrides),
-                   settings=json.dumps(s.settings, sort_keys=True), started_at=utc_now()).model_dump()
+                   scenario=s.scenario, model=s.model, job=identity.number,
+                   overrides=" ".join(identity.overrides), settings=json.dumps(s.settings, sort_keys=True),
+                   started_at=utc_now()).model_dump()
             for s in specs if s.run_id not in known]
 
 

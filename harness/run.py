@@ -2,8 +2,8 @@
 
 1. preflight (harness/preflight.py): validate, plan, check model access, the agent's options and the
    cache, all before anything starts; under the run directory's lock, plan a resume;
-2. session (harness/session.py): start or attach Ray, start the model limits and local model servers;
-3. execute (harness/execute.py): the agent runs on Ray, with a progress bar;
+2. session (harness/session.py): start or attach Ray, start the agent pool (or join its sweep's);
+3. execute (harness/execute.py): the agent runs on the pool's workers, with a progress bar;
 4. finish (harness/manifest.py and below): the manifest however the job ended, the summary, the
    exit verdict.
 
@@ -22,11 +22,12 @@ from typing import Any
 import polars as pl
 
 from harness.config import HarnessConfig
-from harness.execute import execute
+from harness.execute import JobIdentity, execute
 from harness.lock import exclusive
 from harness.manifest import record_outcomes, recorded, start_manifest
 from harness.model_client import BUDGET_EXHAUSTED
 from harness.plan import AgentRunSpec, build_plan
+from harness.pool import AgentPool
 from harness.preflight import check_agents_build, check_cache_writable, check_models, resume_plan
 from harness.records import Episode, LLMCall, Manifest
 from harness.runner import RunOutcome
@@ -41,19 +42,26 @@ class RunResult:
     outcomes: list[RunOutcome]
 
 
-def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None) -> RunResult:
+def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None,
+        pool: AgentPool | None = None, identity: JobIdentity | None = None,
+        hint: str | None = None) -> RunResult:
     check_models(settings)
-    return run_specs(settings, build_plan(settings, run_dir), run_dir, resolved_config)
+    return run_specs(settings, build_plan(settings, run_dir), run_dir, resolved_config, pool=pool,
+                     identity=identity, hint=hint)
 
 
 def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-              resolved_config: dict[str, Any] | None = None,
-              resume_command: list[str] | None = None) -> RunResult:
-    """Run these agent runs (a job's plan, or a snapshot evaluation's) into `run_dir`;
-    `resume_command` is what an interrupted run tells the user to type (default: the Hydra job's)."""
+              resolved_config: dict[str, Any] | None = None, resume_command: list[str] | None = None,
+              pool: AgentPool | None = None, identity: JobIdentity | None = None,
+              hint: str | None = None) -> RunResult:
+    """Run these agent runs (a job's plan, or a snapshot evaluation's) into `run_dir`, on `pool`
+    (its sweep's) or on a pool of its own. `resume_command` is what an interrupted run tells the
+    user to type (default: the Hydra job's); a sweep's job, run outside its Hydra job, comes with
+    its `identity` and `hint` read when it was prepared."""
     check_agents_build(specs)
     check_cache_writable(settings.cache)
-    hint = resume_hint(run_dir, resume_command)
+    hint = hint or resume_hint(run_dir, resume_command)
+    identity = identity or JobIdentity.of_hydra_job()
     with exclusive(run_dir):
         specs, resumes = resume_plan(specs, run_dir)
         manifest = start_manifest(settings, specs, resumes, resolved_config)
@@ -61,8 +69,8 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
             manifest.ray_address, manifest.dashboard_url = stack.enter_context(ray_session(settings.ray))
             if manifest.dashboard_url:
                 print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
-            session = start_job_session(settings, specs, run_dir, stack, hint)
-            executed = execute(settings, specs, run_dir, session)
+            session = start_job_session(settings, specs, run_dir, stack, hint, pool)
+            executed = execute(settings, specs, run_dir, session, identity)
             record_outcomes(manifest, executed.outcomes, executed.env_setup_s)
     return RunResult(run_dir, manifest, executed.outcomes)
 

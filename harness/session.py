@@ -1,5 +1,6 @@
-"""The session stage of a job (or a sweep): Ray started or attached, the model limits actor and the
-local model servers started, and how to tell the user to resume when a part of it dies.
+"""The session stage of a job (or a sweep): Ray started or attached, the agent pool (harness/pool.py:
+agent workers, writer hub, model limits, local model servers) started or joined, and how to tell the
+user to resume when a part of it dies.
 
 Everything started is registered on the caller's `contextlib.ExitStack`, so it stops again however
 the job ends.
@@ -20,72 +21,44 @@ import ray
 from hydra.core.hydra_config import HydraConfig
 
 from harness import HARNESS_ENV
-from harness.config import ConfigError, EndpointSettings, HarnessConfig, ModelSettings, RaySettings
+from harness.config import ConfigError, HarnessConfig, RaySettings
 from harness.errors import RunAborted, one_line
-from harness.limits import ModelLimits
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec
+from harness.pool import AgentPool, start_pool
 
 
 @dataclass(frozen=True)
 class JobSession:
-    """What the session stage started for the agent runs of one job."""
+    """What a job runs on: the pool (its sweep's, or its own), and what it needs to know."""
 
-    limits_name: str
-    """The named actor that holds every model's limits (harness.limits): the job's own, or its sweep's."""
+    pool: AgentPool
     servers: tuple[LocalModelServer, ...]
     """Local model servers this job started, and watches (a sweep's are watched by its launcher)."""
     answer_key: dict[str, str] | None
     """Question -> reference, for the scripted model only (it answers right by a seeded draw)."""
     resume_hint: str
     """What to tell the user to type when the job stops on its way."""
-    stack: contextlib.ExitStack
-    """Where the execute stage registers what it starts, to be stopped with the session."""
     run_dir: Path
     """The job's directory, where its tables, memories and snapshots are written."""
 
 
 def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
-                      stack: contextlib.ExitStack, resume_hint: str) -> JobSession:
-    """The model limits and local model servers of a job, on the Ray already started."""
+                      stack: contextlib.ExitStack, resume_hint: str, pool: AgentPool | None = None
+                      ) -> JobSession:
+    """The job's session on the Ray already started: on `pool` (its sweep's), or on a pool of its
+    own, stopped when `stack` closes."""
     answer_key = ({t.question: t.answer for s in specs for t in [*s.tasks, *s.tuning_tasks]}
                   if settings.model.is_scripted else None)
-    limits_name, servers = _job_model_limits(settings, run_dir, stack)
-    return JobSession(limits_name, tuple(servers), answer_key, resume_hint, stack, run_dir)
-
-
-def start_model_limits(models: list[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,
-                       name: str) -> list[LocalModelServer]:
-    """The actor that keeps these models' limits global across gateway replicas (harness.limits),
-    with a local model server for each model the harness serves itself; everything started is
-    stopped when `stack` closes."""
-    local_servers: dict[str, str] = {}
-    servers: list[LocalModelServer] = []
-    for model in models:
-        if isinstance(model, ModelSettings) and model.serves_locally and model.name not in local_servers:
-            assert model.local_server is not None
-            print(f"starting local model server ({model.local_server.file}) ...", flush=True)
-            server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
-            local_servers[model.name] = server.api_base
-            servers.append(server)
-    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote(local_servers)
-    stack.callback(ray.kill, limits)
-    return servers
-
-
-def _job_model_limits(settings: HarnessConfig, run_dir: Path, stack: contextlib.ExitStack
-                      ) -> tuple[str, list[LocalModelServer]]:
-    """The name of the sweep's shared limits actor when a launcher started one (ray.limits), else
-    of this job's own (with the local model servers this job started, which it watches)."""
-    if settings.ray.limits is None:
-        name = f"model limits {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        servers = start_model_limits([settings.model, settings.embedder], run_dir, stack, name)
-        return name, servers
-    limits = ray.get_actor(settings.ray.limits)
+    if pool is None:
+        name = f"harness {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
+        pool = start_pool(settings.ray, [settings.model, settings.embedder], run_dir, stack, name)
+        return JobSession(pool, pool.servers, answer_key, resume_hint, run_dir)
+    limits = ray.get_actor(pool.limits_name)
     if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):
-        raise ConfigError(f"invalid config: ray.limits: {settings.ray.limits} does not serve "
-                          f"{settings.model.name} locally")
-    return settings.ray.limits, []
+        raise ConfigError(f"invalid config: model: the sweep's pool does not serve {settings.model.name} "
+                          "locally")
+    return JobSession(pool, (), answer_key, resume_hint, run_dir)
 
 
 def check_alive(servers: Sequence[LocalModelServer], resume_hint: str) -> None:

@@ -113,7 +113,7 @@ def resume_to_the_end(command: list[str], run_dir: Path, planned: int) -> None:
 
 
 @pytest.mark.parametrize("part, marker", [("the model limits actor", "ray::ModelLimits"),
-                                          ("the writer actor", "ray::TableWriter")])
+                                          ("the writer actor", "ray::WriterHub")])
 def test_a_dead_limits_or_writer_actor_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):
     run_dir = tmp_path / "run"
     process = start_cli(*SCRIPTED, "stream.num_tasks=20", "model.scripted.latency_s=0.1", "seeds=[0,1]",

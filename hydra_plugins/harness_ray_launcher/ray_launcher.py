@@ -1,27 +1,28 @@
-"""`hydra/launcher=ray` (the harness's default for -m): every job of a sweep at once, on one Ray.
+"""`hydra/launcher=ray` (the harness's default for -m): every job of a sweep at once, on one pool.
 
-The launcher starts (or attaches to, with `ray.address`) one Ray cluster, starts one model-limits
-actor for the whole sweep (harness.limits: every model's concurrency, rate and back-off hold across
-all jobs), and with it one local model server for each model the harness serves itself, then runs
-every job as a Ray task, spread over the cluster's nodes. Each job finds the shared limits by name
-(`ray.limits`); its agent workers (each with its own gateway) and writer are its own. Hydra's
-sweep layout is kept (`multirun.yaml`, one directory per job with its `.hydra/`). A failing job
-is reported when the others are done and does not stop them.
+The launcher starts (or attaches to, with `ray.address`) one Ray cluster and one agent pool for the
+whole sweep (harness/pool.py): agent workers sized to the cluster's CPUs and spread over its nodes,
+one writer hub, one model-limits actor (every model's concurrency, rate and back-off hold across
+all jobs) and one local model server for each model the harness serves itself. Each job is then
+prepared in turn under its own Hydra job (`run_job`: its directory, its `.hydra/`; the task function
+returns the prepared job, as it does when `ray.limits` is set), and all jobs run side by side, each
+driven by a thread of this process, their agent runs on the pool's workers. So a job costs its
+plan, its writer and its tables, not processes. Hydra's sweep layout is kept (`multirun.yaml`,
+one directory per job). A failing job is reported when the others are done and does not stop them.
 """
 
 
 import contextlib
 import logging
-import os
 import sys
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
@@ -41,23 +42,35 @@ class RayLauncherConf:
 ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayLauncherConf)
 
 
-def _run_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-             singleton_state: dict[Any, Any], cwd: str) -> JobReturn:
-    # Relative paths (the default outputs/..., a task file, a cache dir) mean what they mean where
-    # the sweep was started, whichever node runs the job (on a cluster: a shared filesystem).
-    if Path(cwd).is_dir():
-        os.chdir(cwd)
-    Singleton.set_state(singleton_state)
-    setup_globals()
+def _prepare_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
+    """Hydra's job set-up (directory, `.hydra/`, HydraConfig) and the task function, which returns
+    the prepared job (harness/job.py) instead of running it; a bad config fails here."""
     try:
-        result = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
-                         job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-    except BaseException as error:  # sys.exit in a job must not take the worker's result with it
-        result = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config,
-                           working_dir=str(Path.cwd()), status=JobStatus.FAILED,
-                           _return_value=RuntimeError(f"job exited: {type(error).__name__}: {error}"))
-    result.hydra_cfg = None  # not needed by the sweeper, and heavy to send back
-    return result  # the launcher's live view reports the job (once), not the job itself
+        return run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    except BaseException as error:  # sys.exit in a job must not end the sweep
+        return _failed(config, error)
+
+
+def _failed(config: DictConfig, error: BaseException) -> JobReturn:
+    reason = str(error) if isinstance(error, SystemExit) else f"{type(error).__name__}: {error}"
+    return JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, working_dir=str(Path.cwd()),
+                     status=JobStatus.FAILED, _return_value=RuntimeError(f"job exited: {reason}"))
+
+
+def _run_prepared(prepared: JobReturn, config: DictConfig, pool: Any) -> JobReturn:
+    """Run a prepared job to its end on the sweep's pool (in a thread of its own)."""
+    if prepared.status != JobStatus.COMPLETED:
+        return prepared
+    job = prepared.return_value
+    try:
+        result = job.run(pool)
+        job.verdict(result)
+    except BaseException as error:
+        return _failed(config, error)
+    prepared.return_value = result.run_dir
+    prepared.hydra_cfg = None  # not needed by the sweeper
+    return prepared
 
 
 def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
@@ -149,16 +162,18 @@ class RayLauncher(Launcher):
 
     def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
+        from harness.pool import start_pool
         from harness.session import ray_session
 
         assert self.config is not None
-        limits_name = f"harness-model-limits-{uuid.uuid4().hex[:8]}"
+        limits_name = f"harness-sweep-{uuid.uuid4().hex[:8]}"
         configs, first, models = self._job_configs(job_overrides, initial_job_idx, limits_name)
         with contextlib.ExitStack() as stack:
             address, dashboard = stack.enter_context(ray_session(first.ray))
             log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
-            results = self._run_jobs(configs, models, sweep_dir, limits_name, stack)
+            pool = start_pool(first.ray, models, sweep_dir, stack, limits_name)
+            results = self._run_jobs(configs, pool, sweep_dir, limits_name, stack)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         _print_summary(sweep_dir, [_job_dir(c) for c in configs])
         failed = [r for r in results if r.status == JobStatus.FAILED]
@@ -172,8 +187,8 @@ class RayLauncher(Launcher):
 
     def _job_configs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, limits_name: str
                      ) -> tuple[list[DictConfig], "HarnessConfig", list["EndpointSettings"]]:
-        """Each job's composed config (told to use the sweep's shared limits), the first valid one's
-        settings (for Ray), and every model the valid jobs use, each once."""
+        """Each job's composed config (told it is part of this sweep: `ray.limits`), the first valid
+        one's settings (for Ray and the pool), and every model the valid jobs use, each once."""
         from harness.config import ConfigError, EndpointSettings, HarnessConfig
 
         assert self.config is not None and self.hydra_context is not None
@@ -196,30 +211,32 @@ class RayLauncher(Launcher):
                 models.setdefault(model.name, model)
         return configs, valid[0], list(models.values())
 
-    def _run_jobs(self, configs: list[DictConfig], models: list["EndpointSettings"], sweep_dir: Path,
-                  limits_name: str, stack: contextlib.ExitStack) -> list[JobReturn]:
-        """The shared limits, local model servers and progress view, then every job as a Ray task,
-        watched until all are done."""
+    def _run_jobs(self, configs: list[DictConfig], pool: Any, sweep_dir: Path, limits_name: str,
+                  stack: contextlib.ExitStack) -> list[JobReturn]:
+        """The progress view, every job prepared in turn, then all run at once, watched until all
+        are done."""
         import ray
 
         from harness.progress import SweepProgress, progress_actor_name
-        from harness.session import check_alive, resume_hint, start_model_limits
+        from harness.session import check_alive, resume_hint
 
         assert self.hydra_context is not None and self.task_function is not None
-        servers = start_model_limits(models, sweep_dir, stack, limits_name)
         progress = (ray.remote(num_cpus=0)(SweepProgress).options(name=progress_actor_name(limits_name))
                     .remote())
         stack.callback(ray.kill, progress)
-        remote_job = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy="SPREAD")(_run_job)
-        singleton_state = Singleton.get_state()
-        refs = [remote_job.options(name=f"job {c.hydra.job.num}: {_job_dir(c)}").remote(
-            self.hydra_context, self.task_function, c, singleton_state, os.getcwd()) for c in configs]
-        pending = list(refs)
+        prepared = [_prepare_job(self.hydra_context, self.task_function, c) for c in configs]
+        assert self.config is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not the last job's log
         hint = resume_hint(sweep_dir, sweep=True)
-        with LiveView(progress, len(configs)) as view:
-            while pending:  # the jobs depend on the shared model server: stop them all if it dies
-                _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
-                check_alive(servers, hint)
-                view.refresh()
-        return ray.get(refs)
-
+        threads = ThreadPoolExecutor(max_workers=len(configs), thread_name_prefix="harness-job")
+        futures = [threads.submit(_run_prepared, p, c, pool) for p, c in zip(prepared, configs, strict=True)]
+        try:
+            with LiveView(progress, len(configs)) as view:
+                pending = set(futures)
+                while pending:  # the jobs depend on the shared model server: stop them all if it dies
+                    _, pending = wait(pending, timeout=1.0)
+                    check_alive(pool.servers, hint)
+                    view.refresh()
+        finally:  # on the way out early, the jobs' threads end as the pool's actors go
+            threads.shutdown(wait=False, cancel_futures=True)
+        return [future.result() for future in futures]

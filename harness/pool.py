@@ -1,0 +1,107 @@
+"""The agent pool: the actors that serve every job of a sweep; a single run is a sweep of one.
+
+- agent workers (harness/actors.py), one per CPU of the cluster unless `ray.num_workers` says how
+  many, spread over its nodes; each imports litellm once, holds one gateway replica, and hosts the
+  agent runs of any job as asyncio tasks (an agent run's memory, budget and records stay its own);
+- one writer hub on the driver's node, with a `TableWriter` for each job, writing into the job's
+  own directory;
+- the model limits actor (harness/limits.py) and the local model servers it knows.
+
+So a job costs its plan, its writer, its tables and its resume, not processes: a 64-job sweep
+starts the same few actors as one run, and pays their start-up (litellm's import, a local model's
+load) once. Agent runs go to the least loaded workers as jobs submit them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from harness.actors import AgentWorker, WriterHub
+from harness.config import EndpointSettings, ModelSettings, RaySettings
+from harness.limits import ModelLimits
+from harness.model_server import LocalModelServer
+from harness.plan import AgentRunSpec
+
+WORKER_RESTARTS = 3
+"""How often Ray restarts a dead agent worker (OOM, segfault, kill -9) before its jobs give up."""
+
+
+@dataclass
+class AgentPool:
+    limits_name: str
+    """The named actor that holds every model's limits (harness.limits)."""
+    hub: ray.actor.ActorHandle
+    workers: list[ray.actor.ActorHandle]
+    servers: tuple[LocalModelServer, ...]
+    """Local model servers the pool started, watched by whoever waits on the pool's jobs."""
+    _load: list[int] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._load = [0] * len(self.workers)
+
+    def assign(self, specs: Sequence[AgentRunSpec]) -> list[tuple[int, list[AgentRunSpec]]]:
+        """Each agent run to the worker with the fewest agent runs at the moment (a sweep's jobs
+        submit from threads of their own); (worker index, its agent runs) per worker used."""
+        batches: dict[int, list[AgentRunSpec]] = {}
+        with self._lock:
+            for spec in specs:
+                index = min(range(len(self.workers)), key=self._load.__getitem__)
+                self._load[index] += 1
+                batches.setdefault(index, []).append(spec)
+        return sorted(batches.items())
+
+    def release(self, assignments: list[tuple[int, list[AgentRunSpec]]]) -> None:
+        with self._lock:
+            for index, batch in assignments:
+                self._load[index] -= len(batch)
+
+
+def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_dir: Path,
+               stack: contextlib.ExitStack, name: str) -> AgentPool:
+    """The limits actor (and a local model server for each model the harness serves itself), the
+    writer hub and the agent workers, all named after `name`, ready (litellm imported) when this
+    returns; stopped when `stack` closes."""
+    servers = start_model_limits(models, log_dir, stack, name)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    hub = ray.remote(num_cpus=0)(WriterHub).options(name=f"{name} writer", scheduling_strategy=here).remote()
+    stack.callback(ray.kill, hub)
+    size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray
+    # sends an actor that asks for no resource at all to a random node, so each asks for one byte.
+    # A worker whose process dies is restarted by Ray and its calls retried; each carries on from
+    # what the writer holds (AgentWorker.run), so its jobs end with the rows of uninterrupted ones.
+    worker = ray.remote(num_cpus=0, memory=1, max_restarts=WORKER_RESTARTS,
+                        max_task_retries=WORKER_RESTARTS)(AgentWorker)
+    workers = [worker.options(name=f"{name} agents #{i}", scheduling_strategy="SPREAD")
+               .remote(f"{name} writer", name) for i in range(size)]
+    for actor in workers:
+        stack.callback(ray.kill, actor)
+    ray.get([actor.__ray_ready__.remote() for actor in (hub, *workers)])
+    return AgentPool(name, hub, workers, tuple(servers))
+
+
+def start_model_limits(models: Sequence[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,
+                       name: str) -> list[LocalModelServer]:
+    """The actor that keeps these models' limits global across gateway replicas (harness.limits),
+    with a local model server for each model the harness serves itself; every one started is
+    stopped when `stack` closes."""
+    local_servers: dict[str, str] = {}
+    servers: list[LocalModelServer] = []
+    for model in models:
+        if isinstance(model, ModelSettings) and model.serves_locally and model.name not in local_servers:
+            assert model.local_server is not None
+            print(f"starting local model server ({model.local_server.file}) ...", flush=True)
+            server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
+            local_servers[model.name] = server.api_base
+            servers.append(server)
+    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote(local_servers)
+    stack.callback(ray.kill, limits)
+    return servers
