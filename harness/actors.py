@@ -156,13 +156,19 @@ class AgentWorker:
         self.hub = ray.get_actor(hub)
         self.sink = ActorSink(self.hub)
         self._environments: dict[str, Environment] = {}
+        self._connecting = asyncio.Lock()
         self._setting_up = asyncio.Lock()
 
     async def _connect(self) -> None:
         """Join the model limits (a restarted worker gets back what its dead process held) and
-        build this worker's gateway replica, pointed at the local model servers of the pool."""
-        if self.gateway is not None:
-            return
+        build this worker's gateway replica, pointed at the local model servers of the pool. Once:
+        the jobs' first calls arrive together, and a second gateway would take litellm's in-process
+        providers (and the answer keys registered with them) from the first."""
+        async with self._connecting:
+            if self.gateway is None:
+                await self._build_gateway()
+
+    async def _build_gateway(self) -> None:
         name = ray.get_runtime_context().get_actor_name()
         limiter = ray.get_actor(self._limits_name)
         await limiter.register.remote(name)
