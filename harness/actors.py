@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from envs.base import Environment
 from harness.config import EndpointSettings
 from harness.limits import SharedLimits
+from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.plan import AgentRunSpec, build_environment, episode_ids
 from harness.runner import RunOutcome, run_agent
 from harness.writer import TableWriter
@@ -176,7 +177,12 @@ class AgentWorker:
 
         self.limits = SharedLimits(limiter, name)
         servers = await limiter.local_servers.remote()
-        self.gateway = Gateway([], servers, limits=self.limits)
+        gateway = Gateway([], servers, limits=self.limits)
+        node = ray.get_runtime_context().get_node_id()
+        with contextlib.suppress(ValueError):  # no service on this node (it joined later): load here
+            service = ray.get_actor(MiniLMService.actor_name(self._limits_name, node))
+            gateway.in_process[MINILM_PREFIX].use_service(service)
+        self.gateway = gateway
 
     def reclaim(self, key: str) -> None:
         """Called by the limits actor: another replica waits for this model."""

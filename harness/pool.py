@@ -5,7 +5,9 @@
   agent runs of any job as asyncio tasks (an agent run's memory, budget and records stay its own);
 - one writer hub on the driver's node, with a `TableWriter` for each job, writing into the job's
   own directory;
-- the model limits actor (harness/limits.py) and the local model servers it knows.
+- the model limits actor (harness/limits.py) and the local model servers it knows;
+- where a job embeds with the local MiniLM, one `MiniLMService` per node (harness/minilm.py): the
+  model loaded once per node, the requests of all its workers batched into shared forward passes.
 
 So a job costs its plan, its writer, its tables and its resume, not processes: a 64-job sweep
 starts the same few actors as one run, and pays their start-up (litellm's import, a local model's
@@ -26,6 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from harness.actors import AgentWorker, WriterHub
 from harness.config import EndpointSettings, ModelSettings, RaySettings
 from harness.limits import ModelLimits
+from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec
 
@@ -70,6 +73,7 @@ def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_di
     writer hub and the agent workers, all named after `name`, ready (litellm imported) when this
     returns; stopped when `stack` closes."""
     servers = start_model_limits(models, log_dir, stack, name)
+    start_embedders(models, stack, name)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     hub = ray.remote(num_cpus=0)(WriterHub).options(name=f"{name} writer", scheduling_strategy=here).remote()
     stack.callback(ray.kill, hub)
@@ -86,6 +90,20 @@ def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_di
         stack.callback(ray.kill, actor)
     ray.get([actor.__ray_ready__.remote() for actor in (hub, *workers)])
     return AgentPool(name, hub, workers, tuple(servers))
+
+
+def start_embedders(models: Sequence[EndpointSettings], stack: contextlib.ExitStack, name: str) -> None:
+    """A MiniLM service on every live node, if any model is the local MiniLM (`local/...`); the
+    workers find their node's by name (AgentWorker), and Ray restarts one whose process dies."""
+    if not any(model.name.startswith(f"{MINILM_PREFIX}/") for model in models):
+        return
+    service = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(MiniLMService)
+    for node in ray.nodes():
+        if node.get("Alive"):
+            on_node = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            actor = service.options(name=MiniLMService.actor_name(name, node["NodeID"]),
+                                    scheduling_strategy=on_node).remote()
+            stack.callback(ray.kill, actor)
 
 
 def start_model_limits(models: Sequence[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pyarrow.dataset as ds
 import pytest
 
@@ -158,3 +159,20 @@ def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(t
         lines = [line for line in result.stdout.splitlines() if line.startswith(f"job {job.name} finished:")]
         assert len(lines) == 1 and lines[0].startswith(f"job {job.name} finished: 8/8 episodes, success ")
         assert lines[0].endswith(f"-> {job}")
+
+
+def test_the_local_embedder_is_loaded_once_per_node_for_all_the_pools_workers(ray_session, tmp_path):
+    """Its service (harness/minilm.py) encodes for every worker; each call still has its own row."""
+    from ray._private import state
+
+    settings = scripted_settings("variant=memory", "embedder=minilm", "seeds=[0,1]", "stream.num_tasks=3",
+                                 "ray.num_workers=2")
+    before = {a["ActorID"] for a in state.actors().values() if a["ActorClassName"] == "MiniLMService"}
+    result = run(settings, tmp_path)
+    services = [a for a in state.actors().values()
+                if a["ActorClassName"] == "MiniLMService" and a["ActorID"] not in before]
+    assert len(services) == 1  # one node here
+    calls = pl.read_parquet(result.run_dir / "llm_calls" / "*.parquet").filter(pl.col("purpose") == "embed")
+    assert calls.height >= 6 and calls["error"].is_null().all()
+    assert (calls["prompt_tokens"] > 0).all()
+    assert calls["model"].unique().to_list() == ["local/all-MiniLM-L6-v2"]
