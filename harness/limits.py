@@ -126,6 +126,10 @@ class ModelLimits:
     def local_servers(self) -> dict[str, str]:
         return self._local_servers
 
+    def add_local_servers(self, servers: dict[str, str]) -> None:
+        """Model name -> api_base of local model servers started after this actor."""
+        self._local_servers.update(servers)
+
     def register(self, replica: str) -> None:
         """A replica starts (or restarts after its process died): what it held is free again."""
         for pool in self._pools.values():

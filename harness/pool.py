@@ -69,11 +69,20 @@ class AgentPool:
 
 def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_dir: Path,
                stack: contextlib.ExitStack, name: str) -> AgentPool:
-    """The limits actor (and a local model server for each model the harness serves itself), the
-    writer hub and the agent workers, all named after `name`, ready (litellm imported) when this
-    returns; stopped when `stack` closes."""
-    servers = start_model_limits(models, log_dir, stack, name)
-    start_embedders(models, stack, name)
+    """The whole pool, all named after `name`, ready (litellm imported) when this returns; stopped
+    when `stack` closes."""
+    pool = start_workers(settings, stack, name)
+    serve_models(pool, models, log_dir, stack)
+    ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
+    return pool
+
+
+def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str) -> AgentPool:
+    """The model limits actor, the writer hub and the agent workers, not waited for: each worker
+    imports litellm (seconds) while the caller goes on (a sweep composes its jobs' configs
+    meanwhile). Before the first job runs, `serve_models` starts what its models need."""
+    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
+    stack.callback(ray.kill, limits)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     hub = ray.remote(num_cpus=0)(WriterHub).options(name=f"{name} writer", scheduling_strategy=here).remote()
     stack.callback(ray.kill, hub)
@@ -88,8 +97,15 @@ def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_di
                .remote(f"{name} writer", name) for i in range(size)]
     for actor in workers:
         stack.callback(ray.kill, actor)
-    ray.get([actor.__ray_ready__.remote() for actor in (hub, *workers)])
-    return AgentPool(name, hub, workers, tuple(servers))
+    return AgentPool(name, hub, workers, ())
+
+
+def serve_models(pool: AgentPool, models: Sequence[EndpointSettings], log_dir: Path,
+                 stack: contextlib.ExitStack) -> None:
+    """The local model servers and the embedder services of `models` (every model its jobs use)."""
+    limits = ray.get_actor(pool.limits_name)
+    pool.servers = tuple(start_local_servers(models, log_dir, stack, limits))
+    start_embedders(models, stack, pool.limits_name)
 
 
 def start_embedders(models: Sequence[EndpointSettings], stack: contextlib.ExitStack, name: str) -> None:
@@ -106,11 +122,11 @@ def start_embedders(models: Sequence[EndpointSettings], stack: contextlib.ExitSt
             stack.callback(ray.kill, actor)
 
 
-def start_model_limits(models: Sequence[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,
-                       name: str) -> list[LocalModelServer]:
-    """The actor that keeps these models' limits global across gateway replicas (harness.limits),
-    with a local model server for each model the harness serves itself; every one started is
-    stopped when `stack` closes."""
+def start_local_servers(models: Sequence[EndpointSettings], log_dir: Path, stack: contextlib.ExitStack,
+                        limits: ray.actor.ActorHandle) -> list[LocalModelServer]:
+    """A local model server for each model the harness serves itself, made known to the limits
+    actor (the workers ask it where their models are); every one started is stopped when `stack`
+    closes."""
     local_servers: dict[str, str] = {}
     servers: list[LocalModelServer] = []
     for model in models:
@@ -120,6 +136,5 @@ def start_model_limits(models: Sequence[EndpointSettings], log_dir: Path, stack:
             server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
             local_servers[model.name] = server.api_base
             servers.append(server)
-    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote(local_servers)
-    stack.callback(ray.kill, limits)
+    ray.get(limits.add_local_servers.remote(local_servers))
     return servers

@@ -29,7 +29,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 if TYPE_CHECKING:  # the harness itself loads only when a sweep starts, not when Hydra scans plugins
-    from harness.config import EndpointSettings, HarnessConfig
+    from harness.config import HarnessConfig
 
 log = logging.getLogger(__name__)
 
@@ -162,17 +162,35 @@ class RayLauncher(Launcher):
 
     def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
-        from harness.pool import start_pool
+        """Ray and the pool's workers start with the first valid job's settings, and import
+        litellm while the other jobs' configs are composed; then the models of all jobs are
+        served, and the jobs run."""
+        from harness.config import EndpointSettings, HarnessConfig
+        from harness.pool import serve_models, start_workers
         from harness.session import ray_session
 
         assert self.config is not None
         limits_name = f"harness-sweep-{uuid.uuid4().hex[:8]}"
-        configs, first, models = self._job_configs(job_overrides, initial_job_idx, limits_name)
+        numbered = list(enumerate(job_overrides, start=initial_job_idx))
+        composed: list[tuple[DictConfig, HarnessConfig | None]] = []
+        while numbered and not any(settings for _, settings in composed):
+            composed.append(self._compose(*numbered.pop(0), limits_name))
+        first = next((settings for _, settings in composed if settings is not None), None)
+        if first is None:  # no job can run: say why, as a single run would
+            HarnessConfig.from_dictconfig(composed[0][0])
+        assert first is not None
         with contextlib.ExitStack() as stack:
             address, dashboard = stack.enter_context(ray_session(first.ray))
-            log.info(f"Launching {len(configs)} jobs at once on Ray {address}"
+            pool = start_workers(first.ray, stack, limits_name)
+            composed += [self._compose(index, overrides, limits_name) for index, overrides in numbered]
+            log.info(f"Launching {len(composed)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
-            pool = start_pool(first.ray, models, sweep_dir, stack, limits_name)
+            models: dict[str, EndpointSettings] = {}
+            for settings in (settings for _, settings in composed if settings is not None):
+                for model in (settings.model, settings.embedder):
+                    models.setdefault(model.name, model)
+            serve_models(pool, list(models.values()), sweep_dir, stack)
+            configs = [config for config, _ in composed]
             results = self._run_jobs(configs, pool, sweep_dir, limits_name, stack)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         _print_summary(sweep_dir, [_job_dir(c) for c in configs])
@@ -185,53 +203,45 @@ class RayLauncher(Launcher):
         log.info(f"{len(results)} jobs, {completed} completed, {len(failed)} failed; {advice}")
         return results
 
-    def _job_configs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, limits_name: str
-                     ) -> tuple[list[DictConfig], "HarnessConfig", list["EndpointSettings"]]:
-        """Each job's composed config (told it is part of this sweep: `ray.limits`), the first valid
-        one's settings (for Ray and the pool), and every model the valid jobs use, each once."""
-        from harness.config import ConfigError, EndpointSettings, HarnessConfig
+    def _compose(self, index: int, overrides: Sequence[str], limits_name: str
+                 ) -> tuple[DictConfig, "HarnessConfig | None"]:
+        """The job's composed config (told it is part of this sweep: `ray.limits`), and its settings
+        if they are valid (else the job itself reports its bad value)."""
+        from harness.config import ConfigError, HarnessConfig
 
         assert self.config is not None and self.hydra_context is not None
-        configs: list[DictConfig] = []
-        valid: list[HarnessConfig] = []
-        for index, overrides in enumerate(job_overrides, start=initial_job_idx):
-            config = self.hydra_context.config_loader.load_sweep_config(
-                self.config, [*overrides, f"ray.limits={limits_name}", "progress=false"])
-            with open_dict(config):
-                config.hydra.job.id = config.hydra.job.num = index
-            configs.append(config)
-            log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
-            with contextlib.suppress(ConfigError):  # the job itself reports its bad value
-                valid.append(HarnessConfig.from_dictconfig(config))
-        if not valid:  # no job can run: say why, as a single run would
-            HarnessConfig.from_dictconfig(configs[0])
-        models: dict[str, EndpointSettings] = {}
-        for settings in valid:
-            for model in (settings.model, settings.embedder):
-                models.setdefault(model.name, model)
-        return configs, valid[0], list(models.values())
+        config = self.hydra_context.config_loader.load_sweep_config(
+            self.config, [*overrides, f"ray.limits={limits_name}", "progress=false"])
+        with open_dict(config):
+            config.hydra.job.id = config.hydra.job.num = index
+        log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
+        try:
+            return config, HarnessConfig.from_dictconfig(config)
+        except ConfigError:
+            return config, None
 
     def _run_jobs(self, configs: list[DictConfig], pool: Any, sweep_dir: Path, limits_name: str,
                   stack: contextlib.ExitStack) -> list[JobReturn]:
-        """The progress view, every job prepared in turn, then all run at once, watched until all
-        are done."""
+        """The progress view, then every job prepared in turn and started as soon as it is (its
+        first model call need not wait for the last job's preparation), all watched until done."""
         import ray
 
         from harness.progress import SweepProgress, progress_actor_name
         from harness.session import check_alive, resume_hint
 
-        assert self.hydra_context is not None and self.task_function is not None
+        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         progress = (ray.remote(num_cpus=0)(SweepProgress).options(name=progress_actor_name(limits_name))
                     .remote())
         stack.callback(ray.kill, progress)
-        prepared = [_prepare_job(self.hydra_context, self.task_function, c) for c in configs]
-        assert self.config is not None
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not the last job's log
         hint = resume_hint(sweep_dir, sweep=True)
         threads = ThreadPoolExecutor(max_workers=len(configs), thread_name_prefix="harness-job")
-        futures = [threads.submit(_run_prepared, p, c, pool) for p, c in zip(prepared, configs, strict=True)]
+        futures = []
         try:
             with LiveView(progress, len(configs)) as view:
+                for config in configs:
+                    prepared = _prepare_job(self.hydra_context, self.task_function, config)
+                    futures.append(threads.submit(_run_prepared, prepared, config, pool))
+                configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not a job's
                 pending = set(futures)
                 while pending:  # the jobs depend on the shared model server: stop them all if it dies
                     _, pending = wait(pending, timeout=1.0)
