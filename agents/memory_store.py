@@ -14,13 +14,18 @@ and eviction is logged as a memory event. The table is this agent's alone, and t
 only writer.
 
 The table stays compact as it learns (every LanceDB write is a new version and data fragment, and
-a search reads every fragment): a task's changes (the access counts of what it recalled, its new
-item, an eviction) are one write, made when the task stores its item, or when it stores none; and
-every `compact_every` writes the fragments are merged and every older version is deleted. Nothing
-needs an old version: a snapshot copies the rows (`export`) and a resumed run replays from the
-start. Access counts are kept here between writes (eviction reads them here), so counts from
-recalls after the last write (a probe after the stream's last task) reach a snapshot, which
-writes them first, but not the table on disk.
+a read, e.g. a snapshot's, reads every fragment): a task's changes (the access counts of what it
+recalled, its new item, an eviction) are one write, made when the task stores its item, or when it
+stores none; and every `compact_every` writes the fragments are merged and every older version is
+deleted. Nothing needs an old version: a snapshot copies the rows (`export`) and a resumed run
+replays from the start. Access counts are kept here between writes (eviction reads them here), so
+counts from recalls after the last write (a probe after the stream's last task) reach a snapshot,
+which writes them first, but not the table on disk.
+
+Search is exact and in process (`VectorMirror`): LanceDB stays the store (persistence, snapshots,
+resume), and the memory keeps a float32 copy of its vectors beside it, filled from the table's rows
+on `load` and appended on each write, so a search reads neither the table nor its index, and the
+table has no index.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import TaskView
@@ -57,13 +63,8 @@ section 6). At 1,000 lessons, every 5 / 10 / 25 / 50 / 100 writes: search 1.2 / 
 a lesson, total time the same up to 25 and then longer (+25% at 50, +60% at 100). At 10,000 lessons
 (indexed, where each compaction adds an index segment) 25 beat 10: search 1.7x against 1.9x, 340 s
 against 500 s. On this shared 2-core machine the ratios vary by a third from run to run (1.75x and
-1.2x at 1,000 lessons, every 25 writes)."""
-
-INDEX_SEGMENTS = 4
-"""Segments the index may have before a compaction rebuilds it whole: each compaction adds the rows
-written since as one more segment, a search reads every segment, and fragments of different segments
-are never merged. At 10,000 lessons, 4 against 8: search 1.7x against 2.0x that of a fresh index,
-in the same total time (python -m harness.bench, section 6)."""
+1.2x at 1,000 lessons, every 25 writes). (Measured while the memory still searched the table and
+indexed it from 5,000 lessons on; the memory's own search no longer reads the table.)"""
 
 
 class Recalled(BaseModel):
@@ -96,12 +97,143 @@ def item_model(dim: int) -> type[Any]:
     return MemoryItem
 
 
+TIE_MARGIN = 1e-3
+"""Cosine margin below the k-th best float32 score within which rows are re-scored exactly (float64)
+before the top k is taken: far above float32's rounding in a dot product of 384 or 1536 dimensions
+(under 1e-4 at worst), so the exact top k is always among them."""
+
+
+class VectorMirror:
+    """Every stored item's vector, in process, for an exact top-k by cosine: the memory's search.
+
+    Why not LanceDB's own search (python -m harness.bench, section 3: 100k random unit 384-dim
+    vectors, 100 probes next to stored ones; and a sweep of LanceDB 0.40's query options on the same
+    kind of data, 60 probes; this shared 2-core machine under load, NumPy exact 16-38 ms p50 at 100k
+    in the same runs, ~5 ms when quiet): a flat scan is exact but 10-35x slower than NumPy over the
+    same matrix (390 against 38 ms at 100k, 3.0 against 0.1 ms at 1k); the IVF-HNSW-SQ index the
+    memory built from 5,000 lessons on found 24-29% of the exact top 5 at its defaults (2.4-3.8 ms),
+    57% / 67% / 80% with ef 50 / 200 / 1000 (2.9 / 5.0 / 7.9 ms); nprobes 10 or 40 changed nothing,
+    and refine_factor 10 (exact re-ranking of its candidates) added 2 ms and no recall, since the
+    misses are the graph's; IVF_FLAT reached 95% only at 20 probes, as slow as NumPy. So: the exact
+    search, over a float32 copy of the vectors (1.5 KB a lesson at 384 dimensions), which costs what
+    NumPy brute force costs (within 3-13% at 10k and 100k, recall@5 1.0) and needs no index (nor
+    its rebuilds as the memory grows: 100 s at 100k here).
+
+    A float32 matrix product scores each row by BLAS, whose rounding depends on a row's place in the
+    matrix (identical vectors get different last bits), so the rows within `TIE_MARGIN` of the k-th
+    best are re-scored in float64, the same way wherever they sit; equally near rows are then
+    ordered by their stamp, the order of their last change (insert, or recall), oldest first. The
+    rows' places change as items go (the last row fills the gap) but no result depends on them."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._vectors = np.empty((0, dim), np.float32)
+        self._inverse_norms = np.empty(0, np.float32)
+        self._stamps = np.empty(0, np.int64)
+        self._ids: list[str] = []
+        """memory_id of each row in use, by row."""
+        self._rows: dict[str, int] = {}
+        self._clock = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @classmethod
+    def of(cls, ids: list[str], vectors: np.ndarray) -> VectorMirror:
+        """A mirror of these rows, stamped in this order."""
+        mirror = cls(vectors.shape[1])
+        mirror._reserve(len(ids))
+        n = len(ids)
+        mirror._vectors[:n] = vectors
+        with np.errstate(divide="ignore"):
+            norms = np.sqrt(np.square(vectors, dtype=np.float64).sum(axis=1))
+            mirror._inverse_norms[:n] = np.where(norms > 0, 1.0 / norms, 0.0)
+        mirror._stamps[:n] = np.arange(n)
+        mirror._clock = n
+        mirror._ids = list(ids)
+        mirror._rows = {m: i for i, m in enumerate(ids)}
+        return mirror
+
+    def add(self, memory_id: str, vector: list[float]) -> None:
+        row = len(self._ids)
+        self._reserve(row + 1)
+        self._vectors[row] = vector
+        norm = math.sqrt(float(np.square(self._vectors[row], dtype=np.float64).sum()))
+        self._inverse_norms[row] = 1.0 / norm if norm else 0.0
+        self._stamps[row] = self._tick()
+        self._ids.append(memory_id)
+        self._rows[memory_id] = row
+
+    def remove(self, memory_id: str) -> None:
+        row, last = self._rows.pop(memory_id), len(self._ids) - 1
+        moved = self._ids.pop()
+        if row != last:  # the last row fills the gap
+            for array in (self._vectors, self._inverse_norms, self._stamps):
+                array[row] = array[last]
+            self._ids[row] = moved
+            self._rows[moved] = row
+
+    def touch(self, memory_ids: list[str]) -> None:
+        """Stamp these rows as changed now, in this order (after every other row)."""
+        for memory_id in memory_ids:
+            self._stamps[self._rows[memory_id]] = self._tick()
+
+    def stamp(self, memory_id: str) -> int:
+        return int(self._stamps[self._rows[memory_id]])
+
+    def vector(self, memory_id: str) -> list[float]:
+        return self._vectors[self._rows[memory_id]].tolist()
+
+    def nearest(self, query: list[float], k: int) -> list[tuple[float, str]]:
+        """The k rows most cosine-similar to `query` (similarity, memory_id), best first; equally near
+        rows oldest stamp first. Exact: every row is scored."""
+        n = len(self._ids)
+        if n == 0 or k < 1:
+            return []
+        q = np.asarray(query, np.float32)
+        q_norm = math.sqrt(float(np.square(q, dtype=np.float64).sum()))
+        if q_norm == 0:  # no direction: every row is as near as any other (similarity 0)
+            return [(0.0, self._ids[i]) for i in np.argsort(self._stamps[:n], kind="stable")[:k]]
+        candidates = np.arange(n)
+        if n > k:
+            scores = self._vectors[:n] @ q
+            scores *= self._inverse_norms[:n]
+            kth = np.partition(scores, n - k)[n - k]
+            candidates = np.flatnonzero(scores >= kth - TIE_MARGIN * q_norm)
+        exact = np.empty(len(candidates))
+        q64 = q.astype(np.float64)
+        for start in range(0, len(candidates), 4096):  # many equally near rows: a bounded copy at a time
+            rows = self._vectors[candidates[start:start + 4096]].astype(np.float64)
+            norms = np.sqrt(np.square(rows).sum(axis=1)) * q_norm
+            with np.errstate(invalid="ignore", divide="ignore"):
+                exact[start:start + 4096] = np.where(norms > 0, (rows * q64).sum(axis=1) / norms, 0.0)
+        order = np.lexsort((self._stamps[candidates], -exact))[:k]
+        return [(float(exact[i]), self._ids[candidates[i]]) for i in order]
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _reserve(self, rows: int) -> None:
+        if rows <= len(self._vectors):
+            return
+        size = max(rows, 2 * len(self._vectors), 64)
+        n = len(self._ids)
+        vectors = np.empty((size, self.dim), np.float32)
+        vectors[:n] = self._vectors[:n]
+        inverse_norms, stamps = np.zeros(size, np.float32), np.zeros(size, np.int64)
+        inverse_norms[:n], stamps[:n] = self._inverse_norms[:n], self._stamps[:n]
+        self._vectors, self._inverse_norms, self._stamps = vectors, inverse_norms, stamps
+
+
 class EpisodicMemory:
     def __init__(self, llm: ModelClient, recorder: Recorder, directory: str | Path, table: str,
                  mode: MemoryMode = "lessons",
                  top_k: int = 3, capacity: int = 200, min_similarity: float = 0.0,
                  failure_importance: float = 0.5, distill_prompt: str | None = None,
                  index_from: int = 5000, compact_every: int = COMPACT_EVERY) -> None:
+        """`index_from` is no longer used (the search is exact, in process, and the table needs no
+        index: see `VectorMirror`); it is still taken so that configurations that set it compose."""
         distill_prompt = distill_prompt or DISTILL_PROMPT  # null in the yaml: the built-in prompt
         if mode not in ("lessons", "examples"):
             raise ValueError(f"variant.memory.mode must be lessons or examples, got {mode!r}")
@@ -120,12 +252,13 @@ class EpisodicMemory:
         self.index_from = index_from
         self.compact_every = compact_every
         self._items: dict[str, dict[str, Any]] = {}
-        """Every stored item but its vector, in the table's row order, with its access count as of
-        now: what eviction reads (rows a write updates move to the table's end, in this order)."""
-        self._unsaved: dict[str, dict[str, Any]] = {}
-        """Recalled items whose new access counts the table does not have yet: each whole row as read."""
+        """Every stored item but its vector, with its access count as of now, in the order of its last
+        change (stored, or recalled): what eviction reads, in the order a snapshot keeps."""
+        self._mirror: VectorMirror | None = None
+        """Every stored item's vector, stamped in `_items` order: what a search reads."""
+        self._unsaved: set[str] = set()
+        """Recalled items whose new access counts the table does not have yet."""
         self._writes = 0  # since the last compaction
-        self._index_segments = 0  # 0: no index yet
         self.recalled: list[Recalled] = []
         self._table: Any = None
         self._query: tuple[str, list[float]] | None = None  # the current task's question, embedded once
@@ -133,16 +266,13 @@ class EpisodicMemory:
         self._screened: dict[tuple[str, str], bool] = {}  # (id, text) -> the retrieval check's verdict
 
     async def _ranked(self, vector: list[float]) -> list[tuple[float, dict[str, Any]]]:
-        """Stored items near `vector` above min_similarity, best first by similarity x importance."""
-        if self.size == 0:
+        """The `top_k * 4` stored items nearest to `vector` (exact cosine) above min_similarity, best
+        first by similarity x importance (equally weighted ones nearest first, equally near ones in
+        `_items` order)."""
+        if self.size == 0 or self._mirror is None:
             return []
-        # Equally near items come back in the table's row order, which a write changes: written
-        # first, the search sees the rows in the order it always has (another recall since the last
-        # write, e.g. a probe's, or the sealed gate's searches before the task's item is stored).
-        await self._write(None, None)
-        rows = await (self._table.vector_search(vector).distance_type("cosine")
-                      .limit(self.top_k * 4).to_list())
-        scored = [(1.0 - row["_distance"], row) for row in rows]
+        scored = [(similarity, self._items[memory_id])
+                  for similarity, memory_id in self._mirror.nearest(vector, self.top_k * 4)]
         scored = [(s, row) for s, row in scored if s >= self.min_similarity]
         scored.sort(key=lambda pair: pair[0] * pair[1]["importance"], reverse=True)
         return scored
@@ -171,11 +301,9 @@ class EpisodicMemory:
             self.recalled.append(Recalled(memory_id=row["memory_id"], text=row["text"],
                                           question=row["question"], similarity=similarity))
             self._event("retrieve", row, similarity)
-            self._unsaved[row["memory_id"]] = {k: v for k, v in row.items() if not k.startswith("_")}
-            self._items[row["memory_id"]]["access_count"] += 1
-        recalled = {r.memory_id for r in self.recalled}
-        for memory_id in [m for m in self._items if m in recalled]:  # as the write will place them
-            self._items[memory_id] = self._items.pop(memory_id)
+            self._unsaved.add(row["memory_id"])
+            row["access_count"] += 1
+        self._touch([r.memory_id for r in self.recalled])
         return self.recalled
 
     def system_addendum(self) -> str:
@@ -223,18 +351,18 @@ class EpisodicMemory:
         """Store an item from this task; `admit` (the safety check, and for lessons the sealed gate)
         may refuse it, and it is then not stored. Either way the task's changes are written."""
         row = await self._new_item(feedback, position, admit)
-        stored, victim = row is not None, None
+        victim = None
         if row is not None:
             await self._open(len(row["vector"]))
+            assert self._mirror is not None
             self._items[row["memory_id"]] = {k: v for k, v in row.items() if k != "vector"}
+            self._mirror.add(row["memory_id"], row["vector"])
             self._event("insert", row, None)
             if self.size > self.capacity:
                 victim = self._evict()
             if victim == row["memory_id"]:  # evicted as soon as stored: it never reaches the table
                 row, victim = None, None
         await self._write(row, victim)
-        if stored and not self.indexed and self.size >= self.index_from:
-            await self._index()
 
     async def _new_item(self, feedback: Feedback, position: int,
                         admit: Callable[[str, str, list[float], float], Awaitable[bool]] | None
@@ -259,27 +387,33 @@ class EpisodicMemory:
                 "importance": importance, "access_count": 0, "vector": vector}
 
     async def export(self) -> tuple[Any, int | None]:
-        """Every item (vectors included) as an Arrow table, and the table's LanceDB version; (None,
-        None) while the memory is empty and has no table yet."""
+        """Every item (vectors included) as an Arrow table, in `_items` order (so that a memory
+        `load`ed from it ranks equally near items as this one does), and the table's LanceDB version;
+        (None, None) while the memory is empty and has no table yet."""
         if self._table is None:
             return None, None
         await self._write(None, None)  # access counts of recalls since the last write
-        return await self._table.to_arrow(), await self._table.version()
+        items = await self._table.to_arrow()
+        row_of = {m: i for i, m in enumerate(items.column("memory_id").to_pylist())}
+        return items.take([row_of[m] for m in self._items]), await self._table.version()
 
     async def load(self, items: Any) -> None:
         """Start from these items (an `export` of another run's memory), in this run's own table."""
         if items is None or items.num_rows == 0:
             return
-        table = await self._open(items.schema.field("vector").type.list_size)
+        dim = items.schema.field("vector").type.list_size
+        table = await self._open(dim)
         await table.add(items)
         self._items = {row["memory_id"]: row for row in items.drop_columns(["vector"]).to_pylist()}
+        vectors = items.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        self._mirror = VectorMirror.of(list(self._items), vectors.astype(np.float32).reshape(-1, dim))
 
     async def _write(self, new: dict[str, Any] | None, victim: str | None) -> None:
-        """One write for a task's changes: recalled items' access counts, a new item, an eviction.
-        The rows a write updates move to the table's end, in `_items` order, so the table's order
-        stays the order `_items` has (and eviction's tie-break with it)."""
-        updates = [{**self._unsaved[m], "access_count": item["access_count"]}
-                   for m, item in self._items.items() if m in self._unsaved]
+        """One write for a task's changes: recalled items' access counts, a new item, an eviction."""
+        assert self._mirror is not None or not self._unsaved
+        mirror = self._mirror
+        updates = [{**self._items[m], "vector": mirror.vector(m)}
+                   for m in sorted(self._unsaved, key=mirror.stamp)] if mirror is not None else []
         rows = updates + ([new] if new is not None else [])
         if not rows and victim is None:
             return
@@ -297,29 +431,23 @@ class EpisodicMemory:
             await self.compact()
 
     async def compact(self) -> None:
-        """Merge the table's fragments, bring its index up to date, and delete every older version.
-        Each compaction adds the items written since to the index as one more segment, and a search
-        reads every segment; an index of `INDEX_SEGMENTS` is rebuilt whole instead."""
+        """Merge the table's fragments and delete every older version."""
         self._writes = 0
-        if self._index_segments >= INDEX_SEGMENTS:
-            await self._index()
-        elif self._index_segments:
-            self._index_segments += 1
         await compact_table(self._table)
 
     @property
     def indexed(self) -> bool:
-        """Whether the table has its vector index (from `index_from` items on)."""
-        return self._index_segments > 0
+        """Whether the table has a vector index: never now (the search reads `VectorMirror`, not the
+        table); kept for readers that report it (python -m harness.bench, section 6)."""
+        return False
 
-    async def _index(self) -> None:
-        """A flat scan is fine for small memories; past `index_from` items an IVF-HNSW index keeps a
-        top-k search at a few milliseconds (python -m harness.bench). Built (or rebuilt) over every
-        item, as one segment."""
-        from lancedb.index import IvfHnswSq
-
-        await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"), replace=True)
-        self._index_segments = 1
+    def _touch(self, memory_ids: list[str]) -> None:
+        """Move these items after every other, in their present order, as changed now."""
+        assert self._mirror is not None
+        ordered = sorted(memory_ids, key=self._mirror.stamp)
+        for memory_id in ordered:
+            self._items[memory_id] = self._items.pop(memory_id)
+        self._mirror.touch(ordered)
 
     async def _embed(self, question: str) -> list[float]:
         if self._query is None or self._query[0] != question:
@@ -336,12 +464,14 @@ class EpisodicMemory:
         return " ".join(completion.text.split())
 
     def _evict(self) -> str:
-        """The least important, least used, oldest item (the first of equals in the table's order),
+        """The least important, least used, oldest item (the first of equals in `_items` order),
         dropped here; the caller's write deletes it from the table."""
         victim = min(self._items.values(),
                      key=lambda r: (r["importance"], r["access_count"], r["source_position"]))
         del self._items[victim["memory_id"]]
-        self._unsaved.pop(victim["memory_id"], None)
+        assert self._mirror is not None
+        self._mirror.remove(victim["memory_id"])
+        self._unsaved.discard(victim["memory_id"])
         self._event("evict", victim, None)
         return victim["memory_id"]
 
@@ -356,6 +486,8 @@ class EpisodicMemory:
             with contextlib.suppress(ValueError):
                 await db.drop_table(self.table_name)
             self._table = await db.create_table(self.table_name, schema=item_model(dim), mode="overwrite")
+        if self._mirror is None:
+            self._mirror = VectorMirror(dim)
         return self._table
 
     def _event(self, event: Literal["insert", "retrieve", "evict"], row: dict[str, Any],
