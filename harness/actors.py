@@ -24,10 +24,11 @@ import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
-from harness.config import EndpointSettings
+from harness.config import EndpointSettings, HarnessConfig
 from harness.limits import SharedLimits
 from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.plan import AgentRunSpec, build_environment, episode_ids
+from harness.preflight import check_models
 from harness.runner import RunOutcome, run_agent
 from harness.writer import TableWriter
 
@@ -209,6 +210,11 @@ class AgentWorker:
             env.setup([*spec.tasks, *spec.tuning_tasks])
             seconds[spec.env] = seconds.get(spec.env, 0.0) + time.perf_counter() - clock
         return seconds
+
+    async def check_models(self, settings: HarnessConfig) -> None:
+        """A job's preflight model checks (harness/preflight.py), here, where litellm is imported
+        already and the calls will be sent from."""
+        await asyncio.to_thread(check_models, settings)
 
     async def run(self, job: str, specs: list[AgentRunSpec], models: list[EndpointSettings],
                   answer_key: dict[str, str] | None) -> WorkerReport:

@@ -26,7 +26,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harness.actors import AgentWorker, WriterHub
-from harness.config import EndpointSettings, ModelSettings, RaySettings
+from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
+from harness.errors import root_cause
 from harness.limits import ModelLimits
 from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.model_server import LocalModelServer
@@ -60,6 +61,14 @@ class AgentPool:
                 self._load[index] += 1
                 batches.setdefault(index, []).append(spec)
         return sorted(batches.items())
+
+    def check_models(self, settings: HarnessConfig) -> None:
+        """The job's preflight model checks, on a worker, which has litellm imported already (the
+        driver need not import it: seconds); a failed check raises here as it would in the driver."""
+        try:
+            ray.get(self.workers[0].check_models.remote(settings))
+        except ray.exceptions.RayTaskError as error:
+            raise root_cause(error) from None
 
     def release(self, assignments: list[tuple[int, list[AgentRunSpec]]]) -> None:
         with self._lock:

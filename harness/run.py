@@ -45,7 +45,10 @@ class RunResult:
 def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None,
         pool: AgentPool | None = None, identity: JobIdentity | None = None,
         hint: str | None = None) -> RunResult:
-    check_models(settings)
+    if pool is None:
+        check_models(settings)
+    else:
+        pool.check_models(settings)
     return run_specs(settings, build_plan(settings, run_dir), run_dir, resolved_config, pool=pool,
                      identity=identity, hint=hint)
 

@@ -13,6 +13,7 @@ one directory per job). A failing job is reported when the others are done and d
 
 
 import contextlib
+import copy
 import logging
 import sys
 import uuid
@@ -50,6 +51,26 @@ def _prepare_job(hydra_context: HydraContext, task_function: TaskFunction, confi
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     except BaseException as error:  # sys.exit in a job must not end the sweep
         return _failed(config, error)
+
+
+def _compose_once(hydra_context: HydraContext) -> None:
+    """Hydra's sweeper composes every job's config to check the batch before it launches it, and
+    the launcher needs them again (a few tenths of a second each on 2 cores, so seconds of a
+    sweep's start-up): the config loader keeps each composition, and hands out copies of it."""
+    loader = hydra_context.config_loader
+    if getattr(loader, "_harness_composed", None) is not None:
+        return
+    compose = loader.load_sweep_config
+    composed: dict[tuple[str, ...], DictConfig] = {}
+
+    def load_sweep_config(master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        key = tuple(sweep_overrides)
+        if key not in composed:
+            composed[key] = compose(master_config, list(sweep_overrides))
+        return copy.deepcopy(composed[key])
+
+    loader._harness_composed = composed  # type: ignore[attr-defined]
+    loader.load_sweep_config = load_sweep_config  # type: ignore[method-assign]
 
 
 def _failed(config: DictConfig, error: BaseException) -> JobReturn:
@@ -138,6 +159,7 @@ class RayLauncher(Launcher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        _compose_once(hydra_context)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from harness.errors import exit_with
@@ -210,10 +232,10 @@ class RayLauncher(Launcher):
         from harness.config import ConfigError, HarnessConfig
 
         assert self.config is not None and self.hydra_context is not None
-        config = self.hydra_context.config_loader.load_sweep_config(
-            self.config, [*overrides, f"ray.limits={limits_name}", "progress=false"])
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config):
             config.hydra.job.id = config.hydra.job.num = index
+            config.ray.limits, config.progress = limits_name, False
         log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
         try:
             return config, HarnessConfig.from_dictconfig(config)
