@@ -231,9 +231,7 @@ class EpisodicMemory:
                  mode: MemoryMode = "lessons",
                  top_k: int = 3, capacity: int = 200, min_similarity: float = 0.0,
                  failure_importance: float = 0.5, distill_prompt: str | None = None,
-                 index_from: int = 5000, compact_every: int = COMPACT_EVERY) -> None:
-        """`index_from` is no longer used (the search is exact, in process, and the table needs no
-        index: see `VectorMirror`); it is still taken so that configurations that set it compose."""
+                 compact_every: int = COMPACT_EVERY) -> None:
         distill_prompt = distill_prompt or DISTILL_PROMPT  # null in the yaml: the built-in prompt
         if mode not in ("lessons", "examples"):
             raise ValueError(f"variant.memory.mode must be lessons or examples, got {mode!r}")
@@ -249,7 +247,6 @@ class EpisodicMemory:
         self.min_similarity = min_similarity
         self.failure_importance = failure_importance
         self.distill_prompt = distill_prompt
-        self.index_from = index_from
         self.compact_every = compact_every
         self._items: dict[str, dict[str, Any]] = {}
         """Every stored item but its vector, with its access count as of now, in the order of its last
@@ -434,12 +431,6 @@ class EpisodicMemory:
         """Merge the table's fragments and delete every older version."""
         self._writes = 0
         await compact_table(self._table)
-
-    @property
-    def indexed(self) -> bool:
-        """Whether the table has a vector index: never now (the search reads `VectorMirror`, not the
-        table); kept for readers that report it (python -m harness.bench, section 6)."""
-        return False
 
     def _touch(self, memory_ids: list[str]) -> None:
         """Move these items after every other, in their present order, as changed now."""

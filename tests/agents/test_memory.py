@@ -113,8 +113,8 @@ def test_with_a_self_judge_wrong_answers_are_stored_as_rewarded():
     assert not any(e["success"] for e in judged.rows["episodes"])  # the truth did not change
 
 
-def test_a_memory_past_the_old_index_threshold_still_recalls_and_its_table_has_no_index():
-    run = memory_run("variant.memory.index_from=3", tasks=8)  # still taken, no longer used
+def test_a_memory_compacted_every_few_writes_recalls_from_every_task_and_its_table_has_no_index():
+    run = memory_run("variant.memory.compact_every=3", tasks=8)
     assert all(e["error"] is None for e in run.rows["episodes"])
     late = [e for e in run.rows["memory_events"] if e["event"] == "retrieve" and e["stream_position"] >= 4]
     assert len(late) == 3 * 4  # top 3 for each task

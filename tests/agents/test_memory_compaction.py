@@ -124,7 +124,7 @@ async def versions(directory: Path, name: str) -> int:
 
 
 def test_an_agent_runs_memory_keeps_at_most_one_cycle_of_versions():
-    run = run_variant("variant=memory", "stream.num_tasks=12", "+variant.memory.compact_every=5")
+    run = run_variant("variant=memory", "stream.num_tasks=12", "variant.memory.compact_every=5")
     run_id = run.rows["episodes"][0]["run_id"]
     assert asyncio.run(versions(run.workdir / "memory", run_id)) <= 5
 
