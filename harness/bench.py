@@ -8,9 +8,10 @@
 2. Gateway overhead per call: the gateway's own time (limits, cache lookup, record), measured
    against calling the same scripted provider through litellm directly, and what holding the
    limits through the ModelLimits actor that every replica shares adds.
-3. Memory retrieval: top-k from a LanceDB table of 1k, 10k and 100k lessons (flat scan, and with
-   an IVF-HNSW index at 100k) against NumPy brute force (matrix @ query, argpartition) over the
-   same float32 matrix, with how often both find the same top-1 lesson.
+3. Memory retrieval at 1k, 10k and 100k lessons: the memory's own recall (agents/memory_store.py:
+   exact, over its in-process mirror of the vectors) with its recall@5 against NumPy brute force
+   (matrix @ query, argpartition) over the same float32 matrix, and LanceDB's flat scan (and at
+   100k an IVF-HNSW index) on the same lessons.
 4. Peak memory (RSS of the driver and every Ray process) during each throughput run.
 5. With the real local model: completion tokens per second through the harness's gateway against
    calling the same server directly, the same prompts interleaved call by call on warm connections.
@@ -18,6 +19,9 @@
    stored lesson per task, a scripted model, no model calls): search p50 and bytes on disk per
    lesson against the same lessons written in one go, and against the writes as they were before
    the memory compacted its table (an add per lesson, an update per recall, nothing compacted).
+7. Sweeps through the command line (harness/bench_sweep.py) on an HTTP model at 200 ms per call:
+   1, 16 and 64 jobs on the sweep's one agent pool, and one job of 64 and 256 agent runs: wall
+   against the model-bound ideal, time to the first call, peak memory, CPU per call.
 Prints one table per measurement and the ratios; `--quick` runs smaller sizes.
 """
 
@@ -715,6 +719,26 @@ def table(rows: list[dict[str, Any]]) -> str:
     return markdown(pl.DataFrame(rows))
 
 
+def sweeps(quick: bool) -> None:
+    """Section 7 (harness/bench_sweep.py): sweeps of 1, 16 and 64 jobs at the models' default
+    concurrency cap (8), as users run them, and one job of 64 and 256 agent runs with the cap above
+    the agent runs (what is left is the harness's own overhead); 50 calls per agent run."""
+    from harness.bench_sweep import ServerProcess, runs_section, sweep_section
+    from harness.bench_sweep import table as sweep_table
+
+    tasks = 5 if quick else 50
+    with ServerProcess(0.2) as server, tempfile.TemporaryDirectory(prefix="bench-sweep-") as directory:
+        rows = sweep_section([1, 4] if quick else [1, 16, 64], tasks=tasks, max_concurrency=8,
+                             server=server, directory=Path(directory), echo=False)
+        rows += runs_section([8] if quick else [64, 256], tasks=tasks, max_concurrency=256, server=server,
+                             directory=Path(directory), echo=False)
+    print(sweep_table(rows))
+    print("\n(ideal: max(most calls in one agent run, calls / model.max_concurrency) x latency; window: first"
+          " episode start to last end;\n first call: command start to the server's first request; peak RSS:"
+          " the command's process session, summed;\n CPU: user + system of the session / model calls;"
+          " machine load: mean 1-minute load average during the command)")
+
+
 def main(argv: list[str] | None = None) -> None:
     import ray
 
@@ -757,6 +781,8 @@ def main(argv: list[str] | None = None) -> None:
               " cycle; one go: the same lessons\n written at once, with a fresh index where the grown one has"
               " one; before: an add per lesson and an update per recall,\n nothing compacted, as the memory"
               " wrote until it compacted its table, measured up to 1,000 lessons only)")
+        print("\n## 7. Sweeps and one-job runs through the CLI, HTTP model at 200 ms per call\n")
+        sweeps(args.quick)
         print(f"\nbench took {time.perf_counter() - started:.0f} s")
     finally:
         ray.shutdown()
