@@ -77,25 +77,29 @@ class AgentPool:
 
 
 def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_dir: Path,
-               stack: contextlib.ExitStack, name: str) -> AgentPool:
+               stack: contextlib.ExitStack, name: str, agent_runs: int | None = None) -> AgentPool:
     """The whole pool, all named after `name`, ready (litellm imported) when this returns; stopped
     when `stack` closes."""
-    pool = start_workers(settings, stack, name)
+    pool = start_workers(settings, stack, name, agent_runs)
     serve_models(pool, models, log_dir, stack)
     ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
     return pool
 
 
-def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str) -> AgentPool:
+def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
+                  agent_runs: int | None = None) -> AgentPool:
     """The model limits actor, the writer hub and the agent workers, not waited for: each worker
     imports litellm (seconds) while the caller goes on (a sweep composes its jobs' configs
-    meanwhile). Before the first job runs, `serve_models` starts what its models need."""
+    meanwhile). Before the first job runs, `serve_models` starts what its models need. Never more
+    workers than `agent_runs` (at least that many are coming), as each costs a process and litellm's
+    import."""
     limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
     stack.callback(ray.kill, limits)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     hub = ray.remote(num_cpus=0)(WriterHub).options(name=f"{name} writer", scheduling_strategy=here).remote()
     stack.callback(ray.kill, hub)
     size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    size = min(size, agent_runs) if agent_runs else size
     # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray
     # sends an actor that asks for no resource at all to a random node, so each asks for one byte.
     # A worker whose process dies is restarted by Ray and its calls retried; each carries on from

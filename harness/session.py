@@ -52,7 +52,7 @@ def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_di
                   if settings.model.is_scripted else None)
     if pool is None:
         name = f"harness {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        pool = start_pool(settings.ray, [settings.model, settings.embedder], run_dir, stack, name)
+        pool = start_pool(settings.ray, [settings.model, settings.embedder], run_dir, stack, name, len(specs))
         return JobSession(pool, pool.servers, answer_key, resume_hint, run_dir)
     limits = ray.get_actor(pool.limits_name)
     if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):

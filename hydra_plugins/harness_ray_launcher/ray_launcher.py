@@ -203,7 +203,7 @@ class RayLauncher(Launcher):
         assert first is not None
         with contextlib.ExitStack() as stack:
             address, dashboard = stack.enter_context(ray_session(first.ray))
-            pool = start_workers(first.ray, stack, limits_name)
+            pool = start_workers(first.ray, stack, limits_name, agent_runs=len(job_overrides))
             composed += [self._compose(index, overrides, limits_name) for index, overrides in numbered]
             log.info(f"Launching {len(composed)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else ""))
