@@ -59,6 +59,15 @@ def _in_process(name: str) -> bool:
     return name.split("/", 1)[0] in IN_PROCESS
 
 
+def supports_function_calling(model: str) -> bool:
+    """Whether litellm's model map says the model takes tools natively; a model it does not know
+    takes them through the text protocol, which works with any."""
+    try:
+        return bool(litellm.supports_function_calling(model=model))
+    except Exception:
+        return False
+
+
 def check_model_name(name: str, field: str = "model.name") -> None:
     """Reject a model string litellm cannot route, before anything starts."""
     if _in_process(name):

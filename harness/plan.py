@@ -18,7 +18,6 @@ from harness.config import (
     Component,
     ConfigError,
     HarnessConfig,
-    ModelSettings,
     endpoint_key,
 )
 from harness.snapshots import find_snapshot
@@ -49,8 +48,9 @@ class AgentRunSpec(BaseModel):
     model_endpoint: str
     """The model with its settings (harness.config.endpoint_key), as the gateway knows it."""
     model_params: dict[str, Any]
-    function_calling: bool = False
-    """The model takes tools natively; else they go through the JSON-in-text protocol."""
+    function_calling: bool | None = False
+    """The model takes tools natively; else they go through the JSON-in-text protocol. Null: as
+    litellm's model map says, read on the worker (the driver need not import litellm: seconds)."""
     embedder: str
     embedder_endpoint: str
     budget: BudgetSettings
@@ -231,18 +231,6 @@ def task_pool(env_cfg: dict[str, Any], tuning_size: int | None) -> tuple[list[Ta
     return split_tuning(pool, tuning_size)
 
 
-def function_calling(model: ModelSettings) -> bool:
-    """Whether the model takes tools natively: its setting, else what litellm's model map says."""
-    if model.function_calling is not None:
-        return model.function_calling
-    import litellm  # only for models that leave it to litellm (the driver imports it anyway)
-
-    try:
-        return bool(litellm.supports_function_calling(model=model.name))
-    except Exception:  # a model litellm does not know: the text protocol works with any
-        return False
-
-
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     settings, tuning, pool = resolve_defaults(settings)
     stream = settings.stream
@@ -281,7 +269,7 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
                 model_endpoint=endpoint_key(settings.model), model_params=settings.model.params,
-                function_calling=function_calling(settings.model),
+                function_calling=settings.model.function_calling,
                 embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),
                 budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour,
                 transcripts=settings.output.transcripts, secret_env=settings.output.secret_env,

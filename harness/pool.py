@@ -149,5 +149,6 @@ def start_local_servers(models: Sequence[EndpointSettings], log_dir: Path, stack
             server = stack.enter_context(LocalModelServer(model.local_server, log_dir / "model_server.log"))
             local_servers[model.name] = server.api_base
             servers.append(server)
-    ray.get(limits.add_local_servers.remote(local_servers))
+    if local_servers:  # else nothing to wait for (the limits actor may still be starting)
+        ray.get(limits.add_local_servers.remote(local_servers))
     return servers

@@ -28,7 +28,7 @@ from harness.manifest import record_outcomes, recorded, start_manifest
 from harness.model_client import BUDGET_EXHAUSTED
 from harness.plan import AgentRunSpec, build_plan
 from harness.pool import AgentPool
-from harness.preflight import check_agents_build, check_cache_writable, check_models, resume_plan
+from harness.preflight import check_agents_build, check_cache_writable, resume_plan
 from harness.records import Episode, LLMCall, Manifest
 from harness.runner import RunOutcome
 from harness.session import ray_session, resume_hint, start_job_session
@@ -45,34 +45,37 @@ class RunResult:
 def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] | None = None,
         pool: AgentPool | None = None, identity: JobIdentity | None = None,
         hint: str | None = None) -> RunResult:
-    if pool is None:
-        check_models(settings)
-    else:
-        pool.check_models(settings)
+    """Run a job on `pool` (its sweep's), or as a sweep of one on a pool of its own; its model
+    checks run on a pool worker."""
     return run_specs(settings, build_plan(settings, run_dir), run_dir, resolved_config, pool=pool,
-                     identity=identity, hint=hint)
+                     identity=identity, hint=hint, check_models=True)
 
 
 def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
               resolved_config: dict[str, Any] | None = None, resume_command: list[str] | None = None,
               pool: AgentPool | None = None, identity: JobIdentity | None = None,
-              hint: str | None = None) -> RunResult:
+              hint: str | None = None, check_models: bool = False) -> RunResult:
     """Run these agent runs (a job's plan, or a snapshot evaluation's) into `run_dir`, on `pool`
     (its sweep's) or on a pool of its own. `resume_command` is what an interrupted run tells the
     user to type (default: the Hydra job's); a sweep's job, run outside its Hydra job, comes with
-    its `identity` and `hint` read when it was prepared."""
+    its `identity` and `hint` read when it was prepared. `check_models`: the preflight model checks
+    run first, on a pool worker: it imports litellm (seconds) while a local model server loads, and
+    the driver never does."""
     check_agents_build(specs)
     check_cache_writable(settings.cache)
     hint = hint or resume_hint(run_dir, resume_command)
     identity = identity or JobIdentity.of_hydra_job()
-    with exclusive(run_dir):
+    with exclusive(run_dir), contextlib.ExitStack() as stack:
         specs, resumes = resume_plan(specs, run_dir)
+        address, dashboard = stack.enter_context(ray_session(settings.ray))
+        if dashboard and pool is None:  # a sweep's launcher says it once
+            print(f"Ray dashboard: {dashboard}", flush=True)
+        session = start_job_session(settings, specs, run_dir, stack, hint, pool)
+        if check_models:
+            session.pool.check_models(settings)
         manifest = start_manifest(settings, specs, resumes, resolved_config)
-        with recorded(manifest, run_dir, hint), contextlib.ExitStack() as stack:
-            manifest.ray_address, manifest.dashboard_url = stack.enter_context(ray_session(settings.ray))
-            if manifest.dashboard_url:
-                print(f"Ray dashboard: {manifest.dashboard_url}", flush=True)
-            session = start_job_session(settings, specs, run_dir, stack, hint, pool)
+        manifest.ray_address, manifest.dashboard_url = address, dashboard
+        with recorded(manifest, run_dir, hint):
             executed = execute(settings, specs, run_dir, session, identity)
             record_outcomes(manifest, executed.outcomes, executed.env_setup_s)
     return RunResult(run_dir, manifest, executed.outcomes)

@@ -141,10 +141,15 @@ def snapshot_points(spec: AgentRunSpec) -> set[int]:
 
 async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
+    function_calling = spec.function_calling
+    if function_calling is None:
+        from harness.gateway import supports_function_calling  # loaded already where runs run
+
+        function_calling = supports_function_calling(spec.model)
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder, model_endpoint=spec.model_endpoint,
                            embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
-                           transcripts=spec.transcripts, function_calling=spec.function_calling)
+                           transcripts=spec.transcripts, function_calling=function_calling)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     recorder = Recorder()
     options = split_options(spec.variant_cfg)[1]

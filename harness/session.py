@@ -85,23 +85,32 @@ def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool =
     return f"the episodes written so far are kept; resume with: {again}"
 
 
+_started: tuple[str | None, str | None] | None = None
+"""The address and dashboard of the Ray that `ray_session` started in this process, while it runs
+(a session nested in it reports the same)."""
+
+
 @contextlib.contextmanager
 def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
     """Start a Ray of this run's own, or attach to `ray.address`; reuse one already initialised
     in-process. Null never joins a cluster that happens to be running (`ray start`, RAY_ADDRESS):
     that could be someone else's. What it started or joined is printed."""
+    global _started
     if ray.is_initialized():
-        yield ray.get_runtime_context().gcs_address, None
+        yield _started or (ray.get_runtime_context().gcs_address, None)
         return
-    options: dict[str, Any] = {"logging_level": logging.WARNING,
-                               "runtime_env": {"env_vars": dict(HARNESS_ENV)}}
+    options: dict[str, Any] = {"logging_level": logging.WARNING}
     try:
         if settings.address is None or settings.address == "local":
+            # The local Ray's processes inherit this one's environment (harness/__init__.py sets
+            # HARNESS_ENV in it). A runtime_env would keep the actors off the worker processes Ray
+            # starts ahead with ray.init (they have none): each would start a process of its own.
             context = ray.init(address="local", include_dashboard=settings.include_dashboard,
                                dashboard_host="127.0.0.1", **options)
             joined = "started a local Ray for this run"
         else:
-            context = ray.init(address=settings.address, **options)
+            context = ray.init(address=settings.address, runtime_env={"env_vars": dict(HARNESS_ENV)},
+                               **options)
             joined = f"attached to the Ray cluster at {settings.address}"
     except Exception as error:  # e.g. a node that timed out starting on an overloaded machine
         where = "start a local Ray" if settings.address in (None, "local") else f"reach {settings.address}"
@@ -111,6 +120,8 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         print(f"{joined} ({gcs}, {nodes} node{'s' if nodes != 1 else ''})", flush=True)
         dashboard = context.dashboard_url or None
-        yield gcs, (f"http://{dashboard}" if dashboard else None)
+        _started = (gcs, f"http://{dashboard}" if dashboard else None)
+        yield _started
     finally:
+        _started = None
         ray.shutdown()
