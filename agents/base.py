@@ -11,6 +11,7 @@ for itself passes the context's guard (the safety check and the sealed gate, har
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 from agents.acting import ActingLoop, OwnTool
@@ -28,6 +29,10 @@ from harness.agent_api import (
     TuningSet,
 )
 from harness.records import GateKind, Purpose
+
+Opening = Callable[[str], list[Message]]
+"""The opening messages an agent sends for an observation: what its sealed-gate renders return
+(harness/gate.py takes one, or a bare system prompt, which is all `agent_api.Render` names yet)."""
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 
@@ -96,16 +101,17 @@ class Agent(agent_api.Agent):
     async def _admit_lesson(self, item_id: str, text: str, question_vector: list[float],
                             importance: float) -> bool:
         """A new memory item's safety check and, for a lesson, its gate: the probe prompts with the
-        lessons memory would recall for each probe question, without and with the new one."""
+        lessons memory would recall for each probe question, without and with the new one, where
+        the agent shows them (the question's turn)."""
         memory = self.memory
         assert memory is not None
 
-        async def incumbent(view: TaskView) -> str:
-            return self.system_prompt + await memory.addendum_for(view.question)
+        async def incumbent(view: TaskView) -> Opening:
+            return self.opening(lessons=await memory.lessons_for(view.question))
 
-        async def candidate(view: TaskView) -> str:
-            return self.system_prompt + await memory.addendum_for(view.question,
-                                                                  (text, question_vector, importance))
+        async def candidate(view: TaskView) -> Opening:
+            return self.opening(lessons=await memory.lessons_for(view.question,
+                                                                 (text, question_vector, importance)))
 
         return await self.guard.admit("lesson", item_id, text, incumbent, candidate)
 
@@ -140,14 +146,39 @@ class Agent(agent_api.Agent):
         `seed` is derived from the agent run's seed, the attempt and the draw."""
         return {"temperature": temperature, "seed": self.seed * 1_000_003 + self.attempt * 1_009 + draw}
 
-    def messages_for(self, observation: str, system_prompt: str | None = None) -> list[Message]:
-        """System prompt (plus recalled lessons), recalled worked examples, then the observation."""
+    def messages_for(self, observation: str, system_prompt: str | None = None, task_context: str = "",
+                     lessons: str | None = None, examples: list[Message] | None = None) -> list[Message]:
+        """The messages of an act call, the stable part first, so that a provider's prompt cache
+        (OpenAI's longest seen prefix, Anthropic's `cache_control`) can hold it from task to task:
+
+        1. the system message: `system_prompt` (the agent's own, maybe OPRO-tuned, by default), with
+           whatever learnt context a variant adds that does not depend on the task (its playbook).
+           Byte for byte the same on every task while the learnt state stands;
+        2. what this task brings: memory's worked examples (`examples`, by default what memory
+           recalled for the task) as earlier turns, then one user turn with the task's context, i.e.
+           memory's lessons (`lessons`, by default those recalled for the task) and the variant's
+           `task_context` (retrieved skills, reflections, a tool's hint), then the observation.
+
+        The task's context goes into the question's own turn, just before it, rather than into a
+        turn of its own: the model reads it as part of the request it is about; user and assistant
+        turns still alternate, which some chat templates (Gemma's, Mistral's) require; the worked
+        examples stay plain question-and-answer demonstrations; and in a multi-step environment it
+        stays in every step's prompt, with the rest of the opening messages."""
         system = system_prompt or self.system_prompt
-        examples: list[Message] = []
-        if self.memory is not None:
-            system += self.memory.system_addendum()
-            examples = self.memory.example_turns()
-        return [{"role": "system", "content": system}, *examples, {"role": "user", "content": observation}]
+        if lessons is None:
+            lessons = self.memory.recalled_lessons() if self.memory is not None else ""
+        if examples is None:
+            examples = self.memory.example_turns() if self.memory is not None else []
+        context = "\n\n".join(block for block in (lessons, task_context) if block)
+        question = f"{context}\n\n{observation}" if context else observation
+        return [{"role": "system", "content": system}, *examples, {"role": "user", "content": question}]
+
+    def opening(self, system_prompt: str | None = None, task_context: str = "", lessons: str = "",
+                examples: list[Message] | None = None) -> Opening:
+        """What a learnt state shows a sealed-gate probe, as a function of the probe's observation:
+        `messages_for` with this state's context and none of the current task's recall."""
+        return lambda observation: self.messages_for(observation, system_prompt, task_context, lessons,
+                                                     examples or [])
 
     def own_tools(self) -> dict[str, OwnTool]:
         """Tools the agent itself offers besides the environment's, by name: a spec and the coroutine

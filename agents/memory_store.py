@@ -3,7 +3,8 @@
 Two modes:
 - `lessons`: after each task a distil call (purpose `distill`) turns the attempt and its outcome
   (and any reflections, which makes the lesson `unverified`) into a one-sentence lesson;
-  retrieved lessons are added to the system prompt.
+  retrieved lessons go into the task's user turn, before the question (never into the system
+  prompt, which stays the same from task to task: agents/base.py, `messages_for`).
 - `examples`: rewarded tasks are kept as worked examples (question, the agent's own answer) with
   no extra model call; retrieved examples become prior chat turns (self-generated few-shot).
 
@@ -303,11 +304,11 @@ class EpisodicMemory:
         self._touch([r.memory_id for r in self.recalled])
         return self.recalled
 
-    def system_addendum(self) -> str:
+    def recalled_lessons(self) -> str:
+        """The lessons recalled for the current task, as the block that goes before its question."""
         if self.mode != "lessons" or not self.recalled:
             return ""
-        lessons = "\n".join(f"- {r.text}" for r in self.recalled)
-        return f"\n\nLessons from your earlier tasks:\n{lessons}"
+        return lessons_block([r.text for r in self.recalled])
 
     def example_turns(self) -> list[Message]:
         if self.mode != "examples":
@@ -317,12 +318,11 @@ class EpisodicMemory:
             turns += [{"role": "user", "content": r.question}, {"role": "assistant", "content": r.text}]
         return turns
 
-    async def addendum_for(self, question: str,
-                           candidate: tuple[str, list[float], float] | None = None) -> str:
-        """The lessons a task with this question would be shown, with `candidate` (a lesson's text
-        the vector of its question and its importance) stored beside the others: what the sealed gate
-        compares.
-        Nothing is recorded and nothing changes."""
+    async def lessons_for(self, question: str,
+                          candidate: tuple[str, list[float], float] | None = None) -> str:
+        """The lessons block a task with this question would be shown, with `candidate` (a lesson's
+        text, the vector of its question and its importance) stored beside the others: what the
+        sealed gate compares. Nothing is recorded and nothing changes."""
         if self.mode != "lessons":
             return ""
         if question not in self._probe_vectors:
@@ -334,8 +334,7 @@ class EpisodicMemory:
             if similarity >= self.min_similarity:
                 scored.append((similarity, candidate[0], candidate[2]))
         scored.sort(key=lambda item: item[0] * item[2], reverse=True)
-        lessons = "\n".join(f"- {text}" for _, text, _ in scored[: self.top_k])
-        return f"\n\nLessons from your earlier tasks:\n{lessons}" if lessons else ""
+        return lessons_block([text for _, text, _ in scored[: self.top_k]])
 
     @property
     def size(self) -> int:
@@ -494,6 +493,12 @@ async def compact_table(table: Any) -> None:
     # The warning is for tables that other processes may be reading at an older version.
     warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)", category=UserWarning)
     await table.optimize(cleanup_older_than=timedelta(0))
+
+
+def lessons_block(lessons: list[str]) -> str:
+    """Lessons as a prompt shows them ("" for none)."""
+    listing = "\n".join(f"- {text}" for text in lessons)
+    return f"Lessons from your earlier tasks:\n{listing}" if listing else ""
 
 
 def cosine(a: list[float], b: list[float]) -> float:

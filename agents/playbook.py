@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent
+from agents.base import Agent, Opening
 from agents.memory_store import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, Feedback, Render
@@ -148,9 +148,13 @@ class PlaybookAgent(Agent):
 
     async def solve(self, episode: EnvEpisode) -> Attempt:
         self._shown = [b for b in self.bullets if await self._allowed(b)]
-        playbook = render(self._shown)
-        system = f"{self.system_prompt}\n\n{playbook}" if playbook else self.system_prompt
-        return await self.act(episode, self.messages_for(episode.observation, system))
+        return await self.act(episode, self.messages_for(episode.observation, self._system(self._shown)))
+
+    def _system(self, bullets: list[Bullet]) -> str:
+        """The system prompt with the playbook: it changes only when the playbook does, not from task
+        to task, so it belongs to the prompt's stable part (agents/base.py, `messages_for`)."""
+        playbook = render(bullets)
+        return f"{self.system_prompt}\n\n{playbook}" if playbook else self.system_prompt
 
     async def learn(self, feedback: Feedback) -> None:
         await super().learn(feedback)
@@ -251,13 +255,13 @@ class PlaybookAgent(Agent):
         return [b for b in self.bullets if self._screened.get(b.bullet_id, (b.text, True))[1]]
 
     def _renderer(self, bullets: list[Bullet]) -> Render:
-        playbook = render(bullets)
-        prompt = f"{self.system_prompt}\n\n{playbook}" if playbook else self.system_prompt
+        """A probe's prompt with this playbook (and no lessons)."""
+        shown = self.opening(self._system(bullets))
 
-        async def system(view: TaskView) -> str:
-            return prompt
+        async def opening(view: TaskView) -> Opening:
+            return shown
 
-        return system
+        return opening
 
     async def _sync(self) -> None:
         """The run's LanceDB table of bullet vectors mirrors the playbook (kept for inspection and

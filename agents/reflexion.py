@@ -1,5 +1,6 @@
 """Reflexion: after a failed attempt, reflect on it and retry in a fresh conversation that carries
-the reflections (Shinn et al., 2023). Reflections are model text: recorded, never trusted."""
+the reflections, before the question (Shinn et al., 2023). Reflections are model text: recorded,
+never trusted."""
 
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ class ReflexionAgent(Agent):
         return await super().run_task(trial)
 
     async def solve(self, episode: EnvEpisode) -> Attempt:
-        system = self.system_prompt
-        if self.reflections:
-            notes = "\n".join(f"- {r}" for r in self.reflections)
-            system = f"{system}\n\nYour reflections on earlier failed attempts at this question:\n{notes}"
-        return await self.act(episode, self.messages_for(episode.observation, system))
+        # The reflections are this task's own: they go before its question, not into the system
+        # prompt, which stays the same on every attempt and every task (agents/base.py).
+        notes = "\n".join(f"- {r}" for r in self.reflections)
+        context = f"Your reflections on earlier failed attempts at this question:\n{notes}" if notes else ""
+        return await self.act(episode, self.messages_for(episode.observation, task_context=context))
 
     async def before_retry(self, task: TaskView, results: list[AttemptResult]) -> str | None:
         prompt = self.reflect_prompt.format(question=task.question, answer=results[-1].said or "")

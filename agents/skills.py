@@ -1,15 +1,16 @@
 """Skills: a bounded library of procedural skills, admitted through a gate (GRASP, SkillOS).
 
-Before each task the `top_k` skills most similar to it (cosine of the embeddings of the task and
-of the skill's source task) go into the system prompt. After a failed task (`propose_on=failure`,
-or after every task with `always`), the agent proposes one candidate skill by comparing the failed
-attempt with successful ones it kept (same family first; purpose propose). The candidate is
-admitted only through the gate: with `gate=sealed` (the default, GRASP's design) the library with
-it must give a net improvement on a balanced held-out probe from the tuning split (never the
-evaluated stream) and break at most `regression_budget` probe items the library without it got
-right (harness/gate.py; purpose validate). `gate=none` admits every candidate: the ablation GRASP
-reports as no better than no skills. Beyond `max_skills` the least used (then oldest) skill is
-evicted. Every proposal, its probe result and the decision, every retrieval and eviction is a
+Before each task the `top_k` skills most similar to it (cosine of the embeddings of the task and of
+the skill's source task) go into the task's user turn, before the question (the system prompt stays
+the same from task to task: agents/base.py, `messages_for`). After a failed task
+(`propose_on=failure`, or after every task with `always`), the agent proposes one candidate skill
+by comparing the failed attempt with successful ones it kept (same family first; purpose propose).
+The candidate is admitted only through the gate: with `gate=sealed` (the default, GRASP's design)
+the library with it must give a net improvement on a balanced held-out probe from the tuning split
+(never the evaluated stream) and break at most `regression_budget` probe items the library without
+it got right (harness/gate.py; purpose validate). `gate=none` admits every candidate: the ablation
+GRASP reports as no better than no skills. Beyond `max_skills` the least used (then oldest) skill
+is evicted. Every proposal, its probe result and the decision, every retrieval and eviction is a
 row of `skill_events`; with `variant.safety` a candidate is checked when written and each skill
 again when it is retrieved.
 """
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent
+from agents.base import Agent, Opening
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Render, Trial
@@ -88,13 +89,16 @@ class SkillsAgent(Agent):
         return await super().run_task(trial)
 
     async def solve(self, episode: EnvEpisode) -> Attempt:
-        return await self.act(episode, self.messages_for(episode.observation, self._system(self.retrieved)))
+        return await self.act(episode, self.messages_for(episode.observation,
+                                                         task_context=self._listing(self.retrieved)))
 
-    def _system(self, skills: list[Skill]) -> str:
+    @staticmethod
+    def _listing(skills: list[Skill]) -> str:
+        """Skills as a prompt shows them, before the task's question ("" for none)."""
         if not skills:
-            return self.system_prompt
+            return ""
         listing = "\n".join(f"- {s.text}" for s in skills)
-        return f"{self.system_prompt}\n\nSkills from your library for tasks like this:\n{listing}"
+        return f"Skills from your library for tasks like this:\n{listing}"
 
     async def learn(self, feedback: Feedback) -> None:
         await super().learn(feedback)
@@ -147,11 +151,12 @@ class SkillsAgent(Agent):
             self._event("evicted", victim)
 
     def _renderer(self, library: list[Skill]) -> Render:
-        async def system(view: TaskView) -> str:
+        """A probe's prompt with the skills this library would retrieve for it (and no lessons)."""
+        async def opening(view: TaskView) -> Opening:
             ranked = await self._rank(library, view.question)
-            return self._system([skill for _, skill in ranked[: self.top_k]])
+            return self.opening(task_context=self._listing([skill for _, skill in ranked[: self.top_k]]))
 
-        return system
+        return opening
 
     async def _rank(self, library: list[Skill], question: str) -> list[tuple[float, Skill]]:
         if not library:

@@ -4,13 +4,13 @@ After a task it failed (or any task, with `generate_on=always`), the agent asks 
 toolgen) for a function `tool(question: str) -> str`. The code must parse, define `tool` with one
 argument, and run to a result on that question inside the sandbox (agents/sandbox/); only then is
 it registered, for this agent run alone, as the tool of that family. On later tasks of the family
-the tool runs in the sandbox first; its result becomes a hint in the prompt (`tool_use=hint`) or
-the submitted answer (`tool_use=answer`). In an environment with tools of its own (env=tools) the
-learnt tool is instead offered as one more tool, `learnt_tool(question)`, which the model may call
-like the others; the agent runs it in the sandbox. Bad code and sandbox violations are recorded as events,
-never raised; each event records how the code was isolated (`kernel`, or `weak` when
-`variant.sandbox.weak=true`). Building the agent fails, naming that opt-in, where kernel
-isolation is unavailable.
+the tool runs in the sandbox first; its result becomes a hint just before the question
+(`tool_use=hint`) or the submitted answer (`tool_use=answer`). In an environment with tools of its
+own (env=tools) the learnt tool is instead offered as one more tool, `learnt_tool(question)`, which
+the model may call like the others; the agent runs it in the sandbox. Bad code and sandbox
+violations are recorded as events, never raised; each event records how the code was isolated
+(`kernel`, or `weak` when `variant.sandbox.weak=true`). Building the agent fails, naming that
+opt-in, where kernel isolation is unavailable.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents.acting import OwnTool
+from agents.base import Opening
 from agents.baseline import BaselineAgent
 from agents.sandbox import Sandbox
 from envs.base import EnvEpisode, TaskView
@@ -58,6 +59,11 @@ class Tool(BaseModel):
 def extract_code(completion: str) -> str:
     match = _CODE_BLOCK.search(completion)
     return (match.group(1) if match else completion).strip()
+
+
+def _hint(value: str | None) -> str:
+    """A tool's result as a prompt shows it, before the task's question."""
+    return f"A tool you wrote for such questions returned: {value}"
 
 
 def check_tool_code(code: str) -> str | None:
@@ -104,7 +110,7 @@ class ToolLearningAgent(BaselineAgent):
         if tool is not None and not await self.guard.screen("tool", tool.tool_id, tool.code):
             tool = None  # the safety check keeps it out of this task
         self._offered = tool is not None
-        system = self.system_prompt
+        hint = ""
         if tool is not None and episode.tools is None:  # with tools of its own, it is one more (own_tools)
             result = await self.sandbox.arun(tool.code, episode.observation)
             self._record("used" if result.ok else "failed", tool, result.value, result.error)
@@ -112,8 +118,9 @@ class ToolLearningAgent(BaselineAgent):
                 episode.step(result.value or "")
                 return Attempt(final_output=result.value, steps=1)
             if result.ok:
-                system += f"\n\nA tool you wrote for such questions returned: {result.value}"
-        return await self.act(episode, self.messages_for(episode.observation, system))
+                hint = _hint(result.value)
+        # The hint is this question's own: it goes before the question, not into the system prompt.
+        return await self.act(episode, self.messages_for(episode.observation, task_context=hint))
 
     def own_tools(self) -> dict[str, OwnTool]:
         tool = self.tools.get(self._task.family) if self._task is not None else None
@@ -173,15 +180,13 @@ class ToolLearningAgent(BaselineAgent):
 
     def _hinted(self, tool: Tool | None) -> Render:
         """The sealed gate's probe prompts with this tool's result as the hint (its family's items)."""
-        async def system(view: TaskView) -> str:
+        async def opening(view: TaskView) -> Opening:
             if tool is None or view.family != tool.family:
-                return self.system_prompt
+                return self.opening()
             result = await self.sandbox.arun(tool.code, view.question)
-            if not result.ok:
-                return self.system_prompt
-            return f"{self.system_prompt}\n\nA tool you wrote for such questions returned: {result.value}"
+            return self.opening(task_context=_hint(result.value) if result.ok else "")
 
-        return system
+        return opening
 
     def export_state(self) -> dict[str, Any]:
         return {**super().export_state(), "tools": [tool.model_dump() for tool in self.tools.values()]}

@@ -9,14 +9,17 @@ evaluated stream; the planner refuses a sealed gate without one), and accepts th
 gives a net improvement (or, with `accept_ties`, no change) and breaks at most `regression_budget`
 items the incumbent got right. The agent gets a yes or no: the probe items' answers and scores are
 written to `gate_events` and never reach its prompts, and a rejected edit leaves the whole
-incumbent state as it was. Probe calls are billed under purpose `validate`; an incumbent state's
-outcomes are remembered, so an unchanged state is not run again.
+incumbent state as it was. Each probe is shown what the agent would show on that task (its stable
+system message, then the state's context for the task before the question), so an edit is judged
+where it will act. Probe calls are billed under purpose `validate`; an incumbent state's outcomes
+are remembered, so an unchanged state is not run again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -30,6 +33,9 @@ PARALLEL_PROBES = 4
 """Probe episodes run at once (the model's own concurrency limit still applies)."""
 Actor = Callable[[EnvEpisode, list[dict[str, Any]]], Awaitable[Any]]
 """Acts in an episode from these opening messages, billing its calls as `validate`."""
+Opening = Callable[[str], list[dict[str, Any]]]
+"""A state's opening messages for a probe's observation, where the agent puts each part: what an
+agent's render returns (agents/base.py, `opening`), where it does not return a bare system prompt."""
 
 
 def balanced_probe(tasks: list[Task], size: int, seed: int) -> list[Task]:
@@ -84,14 +90,29 @@ class SealedGate:
         return list(await asyncio.gather(*(one(task) for task in self.items)))
 
     async def _one(self, task: Task, render: Render) -> bool:
-        system = await render(TaskView.of(task))
-        key = (task.task_id, hashlib.sha256(system.encode()).hexdigest())
+        opening = _opening(await render(TaskView.of(task)))
+        # A task's observation is the same on every reset, so a prompt is known by its messages with
+        # a placeholder for it, before any episode (a simulator, for some envs) is started.
+        shown = json.dumps(opening(_OBSERVATION), sort_keys=True)
+        key = (task.task_id, hashlib.sha256(shown.encode()).hexdigest())
         if key not in self._outcomes:
             episode = self.env.reset(task)
             try:
-                await self.actor(episode, [{"role": "system", "content": system},
-                                           {"role": "user", "content": episode.observation}])
+                await self.actor(episode, opening(episode.observation))
                 self._outcomes[key] = episode.score().success
             finally:
                 episode.close()
         return self._outcomes[key]
+
+
+_OBSERVATION = "\x00observation\x00"
+
+
+def _opening(shown: str | Opening) -> Opening:
+    """What a render gave, as the probe's opening messages for an observation: a state's own opening
+    (the agent's `messages_for`: the stable system message, then the task's context in the turn of
+    its question), or a bare system prompt, followed by the observation."""
+    if callable(shown):
+        return shown
+    return lambda observation: [{"role": "system", "content": shown},
+                                {"role": "user", "content": observation}]

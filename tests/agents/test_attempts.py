@@ -42,11 +42,11 @@ def test_reflexion_reflects_after_each_failure_and_carries_the_reflection_into_t
     for attempt in run.rows["attempts"]:
         acts = [r for r in run.requests("act")
                 if r.task_id == attempt["task_id"] and r.attempt == attempt["attempt"]]
-        system = acts[0].messages[0]["content"]
+        question_turn = acts[0].messages[-1]["content"]  # reflections go before the question
         if attempt["attempt"] == 1:
-            assert attempt["reflection"] is None and "reflections" not in system
+            assert attempt["reflection"] is None and "reflections" not in question_turn
         else:
-            assert attempt["reflection"] and attempt["reflection"] in system
+            assert attempt["reflection"] and attempt["reflection"] in question_turn
 
 
 def test_reflexion_overhead_is_exactly_its_reflect_calls():

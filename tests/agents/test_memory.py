@@ -11,8 +11,9 @@ def memory_run(*overrides: str, tasks: int = 8):
     return run_variant("variant=memory", f"stream.num_tasks={tasks}", *overrides)
 
 
-def act_system_prompt(run, task_id: str) -> str:
-    return next(r for r in run.requests("act") if r.task_id == task_id).messages[0]["content"]
+def act_question_turn(run, task_id: str) -> str:
+    """The user turn with the task's question, where recalled lessons go (tests/test_prompt_layout.py)."""
+    return next(r for r in run.requests("act") if r.task_id == task_id).messages[-1]["content"]
 
 
 def test_a_retrieved_lesson_comes_from_an_earlier_task_of_the_same_run_and_is_in_the_prompt():
@@ -22,9 +23,9 @@ def test_a_retrieved_lesson_comes_from_an_earlier_task_of_the_same_run_and_is_in
     assert len(retrieved) == 3 * 7 - 3  # top 3 from the second task on, fewer while memory is small
     for event in retrieved:
         assert position[event["source_task_id"]] < event["stream_position"]
-        assert f"- {event['text']}" in act_system_prompt(run, event["task_id"])
+        assert f"- {event['text']}" in act_question_turn(run, event["task_id"])
     first = run.rows["episodes"][0]["task_id"]
-    assert "Lessons" not in act_system_prompt(run, first)  # nothing to recall before the first task
+    assert "Lessons" not in act_question_turn(run, first)  # nothing to recall before the first task
 
 
 def test_one_lesson_is_distilled_and_stored_per_task():

@@ -41,7 +41,7 @@ def test_a_skill_that_helps_the_probe_is_admitted_and_then_retrieved(tmp_path):
     assert admitted and all(e["candidate_correct"] > e["incumbent_correct"] for e in admitted[:1])
     assert admitted[0]["text"] == helpful and events(run, "retrieved")
     act = run.requests("act")
-    assert any("Skills from your library" in r.messages[0]["content"] for r in act)
+    assert any("Skills from your library" in r.messages[-1]["content"] for r in act)  # before the question
     assert all(SkillEventRow.model_validate(e) for e in run.rows["skill_events"])
 
 

@@ -64,13 +64,14 @@ def test_a_tool_that_passes_its_sandboxed_trial_is_registered_and_used_on_the_ne
     assert [e["event"] for e in taken_rows(agent.recorder)["tool_events"]] == ["used"]
 
 
-def test_as_a_hint_the_tool_result_goes_into_the_prompt():
+def test_as_a_hint_the_tool_result_goes_into_the_prompt_before_the_question():
     llm = FakeModel({"toolgen": GOOD_TOOL, "act": "Paris"})
     agent = ToolLearningAgent(AgentContext(llm=llm), tool_use="hint", sandbox=SANDBOX)
     learn_from_failure(agent)
     asyncio.run(agent.run_task(OneTaskTrial(FRANCE, llm)))
     purpose, messages = llm.calls[-1]
-    assert purpose == "act" and "returned: Paris" in messages[0]["content"]
+    assert purpose == "act" and "returned: Paris" in messages[-1]["content"]
+    assert messages[-1]["content"].endswith(FRANCE.question) and "returned" not in messages[0]["content"]
 
 
 def test_bad_code_and_sandbox_violations_are_rejected_not_registered():
