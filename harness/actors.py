@@ -28,7 +28,7 @@ from harness.config import EndpointSettings, HarnessConfig
 from harness.limits import SharedLimits
 from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.plan import AgentRunSpec, build_environment, episode_ids
-from harness.preflight import check_models
+from harness.preflight import CheckedParams, check_models
 from harness.runner import RunOutcome, run_agent
 from harness.writer import TableWriter
 
@@ -211,10 +211,10 @@ class AgentWorker:
             seconds[spec.env] = seconds.get(spec.env, 0.0) + time.perf_counter() - clock
         return seconds
 
-    async def check_models(self, settings: HarnessConfig) -> None:
+    async def check_models(self, settings: HarnessConfig) -> CheckedParams:
         """A job's preflight model checks (harness/preflight.py), here, where litellm is imported
-        already and the calls will be sent from."""
-        await asyncio.to_thread(check_models, settings)
+        already and the calls will be sent from; the parameters to send."""
+        return await asyncio.to_thread(check_models, settings)
 
     async def run(self, job: str, specs: list[AgentRunSpec], models: list[EndpointSettings],
                   answer_key: dict[str, str] | None) -> WorkerReport:

@@ -31,6 +31,11 @@ class CachedAnswer(BaseModel):
     completion_tokens: int
     usage_source: str
     cost_usd: float | None
+    cache_read_tokens: int | None = None
+    """Of prompt_tokens, read from the provider's prompt cache (None: unknown, e.g. an answer
+    cached before the harness kept these)."""
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 def cacheable(request: CallRequest) -> bool:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import (
@@ -61,8 +61,24 @@ class Component(BaseModel):
 
 
 class Price(_Strict):
+    """Dollars per token; cached prompt tokens at their own price where the provider gives one."""
+
     input_per_token: float = Field(ge=0)
     output_per_token: float = Field(ge=0)
+    cache_read_per_token: float | None = Field(default=None, ge=0)
+    """Prompt tokens read from the provider's prompt cache; None: the input price."""
+    cache_write_per_token: float | None = Field(default=None, ge=0)
+    """Prompt tokens written to the provider's prompt cache; None: the input price."""
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cache_read_tokens: int = 0,
+             cache_write_tokens: int = 0) -> float:
+        """The dollars of one call: each kind of token at its price (cache reads and writes are
+        part of the prompt tokens, as litellm counts them)."""
+        read = self.input_per_token if self.cache_read_per_token is None else self.cache_read_per_token
+        write = self.input_per_token if self.cache_write_per_token is None else self.cache_write_per_token
+        uncached = prompt_tokens - cache_read_tokens - cache_write_tokens
+        return (uncached * self.input_per_token + cache_read_tokens * read + cache_write_tokens * write
+                + completion_tokens * self.output_per_token)
 
 
 class LocalServer(_Strict):
@@ -173,7 +189,15 @@ class ModelSettings(EndpointSettings):
     """The chat model agents act, reflect, distil and judge with (conf/model/)."""
 
     params: CompletionParams
-    """Sent with every call; agents may override some per call (a retry's temperature, a seed)."""
+    """Sent with every call; agents may override some per call (a retry's temperature, a seed). A
+    value the model refuses (litellm's check, before the run) is a config error."""
+    default_params: CompletionParams = Field(default_factory=dict)  # type: ignore[assignment]
+    """The harness's own choices (greedy decoding, a reply length), under `params`: one the model
+    refuses (a reasoning model's temperature) is not sent, and the run says so once."""
+    prompt_caching: Literal["auto", "off"] = "auto"
+    """auto: the stable start of every prompt (the system message) carries the provider's cache
+    marker where litellm supports one (Anthropic's `cache_control`); OpenAI-style providers cache
+    a repeated prefix by themselves. off: no marker."""
     function_calling: bool | None
     """Native tool calls (litellm `tools`); false: the JSON-in-text protocol; None: litellm's map."""
     local_server: LocalServer | None = None
@@ -189,12 +213,19 @@ class ModelSettings(EndpointSettings):
         return (self.local_server is not None and self.api_base is None
                 and self.name == f"openai/{self.local_server.alias}")
 
-    @field_validator("params", mode="before")
+    @property
+    def requested_params(self) -> dict[str, Any]:
+        """The completion parameters asked for: the harness's defaults under the user's."""
+        return {**self.default_params, **self.params}
+
+    @field_validator("params", "default_params", mode="before")
     @classmethod
     def _no_harness_arguments(cls, value: Any) -> Any:
         for key in value if isinstance(value, dict) else ():
             if key in _SET_BY_HARNESS:
                 raise ValueError(f"{key!r} is set by the harness, not here ({_SET_BY_HARNESS[key]})")
+        if isinstance(value, dict):  # null: not set (a key the group lists, so that it takes overrides)
+            return {key: item for key, item in value.items() if item is not None}
         return value
 
     @model_validator(mode="after")
@@ -210,7 +241,7 @@ class ModelSettings(EndpointSettings):
         local = self.local_server
         if local is not None and self.api_base is None and self.name != f"openai/{local.alias}":
             raise ValueError(f"model.name={self.name} is not the local model this group configures (its "
-                             f"max_tokens {self.params.get('max_tokens')}, max_concurrency "
+                             f"max_tokens {self.requested_params.get('max_tokens')}, max_concurrency "
                              f"{self.max_concurrency} fit openai/{local.alias}); use model=litellm "
                              f"model.name={self.name}")
         if self.scripted is not None and not self.is_scripted:

@@ -28,10 +28,10 @@ def total_cost(costs: Iterable[float | None]) -> float | None:
     return total
 
 
-def cost_sum(costs: pl.Expr) -> pl.Expr:
-    """`total_cost` as a polars aggregation (per group under `group_by`): null when any of `costs`
-    is null, else their sum."""
+def known_sum(values: pl.Expr) -> pl.Expr:
+    """`total_cost` as a polars aggregation (per group under `group_by`), for dollars or any count
+    that may be unknown (cache-read tokens): null when any of `values` is null, else their sum."""
     # Imported here: processes that only add scalar costs (a gateway's usage sums) need not load polars.
     import polars as pl
 
-    return pl.when(costs.null_count() == 0).then(costs.sum()).otherwise(None)
+    return pl.when(values.null_count() == 0).then(values.sum()).otherwise(None)

@@ -50,7 +50,8 @@ RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError
              litellm.InternalServerError, litellm.ServiceUnavailableError)
 MAX_BACKOFF_S = 30.0
 LOCAL_API_KEY = "no-key-needed"
-NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0)
+NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0,
+                         cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0)
 IN_PROCESS: dict[str, type[InProcessProvider]] = {**EMBEDDING_PROVIDERS, **SCRIPTED_PROVIDERS}
 """litellm providers that answer inside the gateway's process (harness/providers.py), by prefix."""
 
@@ -66,6 +67,40 @@ def supports_function_calling(model: str) -> bool:
         return bool(litellm.supports_function_calling(model=model))
     except Exception:
         return False
+
+
+def marks_cache(model: str) -> bool:
+    """Whether the provider caches a prompt prefix only where the prompt marks it (Anthropic's
+    `cache_control`, also behind Bedrock and Vertex): OpenAI-style providers cache by themselves."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+    except Exception:
+        return False
+    return provider == "anthropic" or (provider in ("bedrock", "vertex_ai") and "claude" in name)
+
+
+def refused_params(model: str, params: dict[str, Any]) -> dict[str, str]:
+    """The OpenAI-style completion parameters litellm would refuse to send to this model (a
+    reasoning model's temperature 0, say), each with litellm's reason; none when it takes them
+    together. It maps those it can (e.g. max_tokens to max_completion_tokens) itself;
+    provider-specific keys go as they are."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+    except Exception:  # check_model_name says what is wrong with the name
+        return {}
+
+    def refusal(candidate: dict[str, Any]) -> str | None:
+        try:
+            litellm.utils.get_optional_params(model=name, custom_llm_provider=provider, **candidate)
+        except litellm.UnsupportedParamsError as error:
+            return one_line(str(error), 200).removeprefix("litellm.UnsupportedParamsError: ")
+        return None
+
+    standard = {key: value for key, value in params.items() if key in litellm.OPENAI_CHAT_COMPLETION_PARAMS}
+    if refusal(standard) is None:
+        return {}
+    each = {key: refusal({key: value}) for key, value in standard.items()}
+    return {key: reason for key, reason in each.items() if reason is not None}
 
 
 def check_model_name(name: str, field: str = "model.name") -> None:
@@ -177,12 +212,9 @@ class Gateway:
                 tool_calls = [ToolCall(id=c.id or ToolCall.new("", "", key=f"{request.run_id}/{text}/{i}").id,
                                        name=c.function.name or "", arguments=c.function.arguments or "")
                                for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
-            prompt_tokens, completion_tokens, usage_source = _usage(settings.name, request, response, text,
-                                                                    tool_calls)
-            answer = CachedAnswer(text=text, tool_calls=tool_calls, vectors=vectors,
-                                  prompt_tokens=prompt_tokens,
-                                  completion_tokens=completion_tokens, usage_source=usage_source,
-                                  cost_usd=self._cost(settings, response, prompt_tokens, completion_tokens))
+            answer = _usage(settings.name, request, response, text, tool_calls)
+            answer = answer.model_copy(update={"text": text, "tool_calls": tool_calls, "vectors": vectors,
+                                               "cost_usd": self._cost(settings, response, answer)})
             if cache is not None and cache_key is not None:
                 self._store(cache, cache_key, answer)
         result = self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
@@ -208,7 +240,9 @@ class Gateway:
             task_id=request.task_id, attempt=request.attempt, purpose=request.purpose, model=request.model,
             prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             total_tokens=answer.prompt_tokens + answer.completion_tokens,
-            usage_source=answer.usage_source, cost_usd=cost, latency_s=latency_s, queued_s=queued_s,
+            cache_read_tokens=answer.cache_read_tokens, cache_write_tokens=answer.cache_write_tokens,
+            reasoning_tokens=answer.reasoning_tokens, usage_source=answer.usage_source, cost_usd=cost,
+            latency_s=latency_s, queued_s=queued_s,
             retries=retries, cached=cached, error=error, run_in_flight=request.run_in_flight,
             started_at=started_at)
         return CallResult(text=answer.text, tool_calls=answer.tool_calls, vectors=answer.vectors,
@@ -252,11 +286,13 @@ class Gateway:
                 return None, retries, one_line(error), paced_s
 
     @staticmethod
-    def _cost(settings: EndpointSettings, response: Any, prompt_tokens: int,
-              completion_tokens: int) -> float | None:
+    def _cost(settings: EndpointSettings, response: Any, answer: CachedAnswer) -> float | None:
+        """Each kind of token at its own price: the config's, else litellm's map (its cost function
+        knows cache-read, cache-write and tiered prices)."""
         price = _price(settings)
         if price is not None:
-            return prompt_tokens * price.input_per_token + completion_tokens * price.output_per_token
+            return price.cost(answer.prompt_tokens, answer.completion_tokens, answer.cache_read_tokens or 0,
+                              answer.cache_write_tokens or 0)
         try:
             return float(litellm.completion_cost(completion_response=response))
         except Exception:  # no price known for this model: unknown, never silently zero
@@ -264,19 +300,33 @@ class Gateway:
 
 
 def _usage(model: str, request: CallRequest, response: Any, text: str | None,
-           tool_calls: list[ToolCall] | None = None) -> tuple[int, int, str]:
+           tool_calls: list[ToolCall] | None = None) -> CachedAnswer:
+    """The call's token counts, from the provider's usage as litellm normalises it (cache reads,
+    cache writes and reasoning tokens included), else counted with litellm's tokenizer (then the
+    kinds are unknown)."""
     usage = getattr(response, "usage", None)
     prompt = getattr(usage, "prompt_tokens", None) or 0
     completion = getattr(usage, "completion_tokens", None) or 0
     if prompt > 0:
-        return prompt, completion, "provider"
+        details = getattr(usage, "prompt_tokens_details", None)
+        thinking = getattr(usage, "completion_tokens_details", None)
+        written = (getattr(details, "cache_write_tokens", None)
+                   or getattr(details, "cache_creation_tokens", None)
+                   or getattr(usage, "cache_creation_input_tokens", None) or 0)
+        return CachedAnswer(prompt_tokens=prompt, completion_tokens=completion, usage_source="provider",
+                            cost_usd=None, cache_read_tokens=getattr(details, "cached_tokens", None) or 0,
+                            cache_write_tokens=written,
+                            reasoning_tokens=getattr(thinking, "reasoning_tokens", None) or 0)
     if request.kind == "embed":
-        return litellm.token_counter(model=model, text=request.texts), 0, "counted"
+        counted = litellm.token_counter(model=model, text=request.texts)
+        return CachedAnswer(prompt_tokens=counted, completion_tokens=0, usage_source="counted", cost_usd=None,
+                            reasoning_tokens=0)
     counted_prompt = litellm.token_counter(model=model, messages=request.messages,
                                            tools=request.params.get("tools"))
     said = (text or "") + "".join(c.name + c.arguments for c in tool_calls or [])
     counted_completion = litellm.token_counter(model=model, text=said, count_response_tokens=True)
-    return counted_prompt, counted_completion, "counted"
+    return CachedAnswer(prompt_tokens=counted_prompt, completion_tokens=counted_completion,
+                        usage_source="counted", cost_usd=None)
 
 
 def _keys_in_environment(model: str, api_base: str | None = None) -> bool:
@@ -317,8 +367,12 @@ def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it warns that cache-token prices default to 0: true, and moot here
     try:
+        cache_prices = {name: value for name, value in (
+            ("cache_read_input_token_cost", price.cache_read_per_token),
+            ("cache_creation_input_token_cost", price.cache_write_per_token)) if value is not None}
         litellm.register_model({route: {
             "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
+            **cache_prices,
             "litellm_provider": route.split("/", 1)[0],
             "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}})
     finally:

@@ -97,8 +97,12 @@ class AgentModelClient:
                  default_params: dict[str, Any] | None = None, embedder: str | None = None,
                  model_endpoint: str | None = None, embedder_endpoint: str | None = None,
                  budget: BudgetSettings | None = None, cache: CacheSettings | None = None,
-                 transcripts: bool = False, function_calling: bool = False) -> None:
+                 transcripts: bool = False, function_calling: bool = False,
+                 refused_params: tuple[str, ...] = (), mark_cache: bool = False) -> None:
         self.gateway = gateway
+        self.mark_cache = mark_cache
+        self.refused_params = set(refused_params)
+        """Never sent: the model refuses them (harness.preflight.check_params)."""
         self.function_calling = function_calling
         self.ledger = RunLedger(budget)
         """The run's one tally: every call is admitted against it before it is sent."""
@@ -139,10 +143,13 @@ class AgentModelClient:
 
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion:
+        if self.mark_cache:
+            messages = cache_marked(messages)
         request = CallRequest(model=self.model, endpoint=self.model_endpoint, messages=messages,
                               purpose=purpose, run_id=self.run_id, episode_id=self.episode_id,
                               task_id=self.task_id, attempt=self.attempt, cache=self.cache,
-                              params={**self.default_params, **params})
+                              params={key: value for key, value in {**self.default_params, **params}.items()
+                                      if key not in self.refused_params})
         result = await self._call(request)
         assert result.text is not None
         return Completion(text=result.text, usage=result.record.usage, call_id=result.record.call_id,
@@ -197,10 +204,24 @@ class AgentModelClient:
                              if result.tool_calls else None)
 
 
+CACHE_MARKER = {"type": "ephemeral"}
+
+
+def cache_marked(messages: list[Message]) -> list[Message]:
+    """The messages with the system message (the stable start agents build first: system prompt and
+    learnt context) marked as a cache breakpoint, in the content-block form Anthropic reads."""
+    if not messages or messages[0].get("role") != "system" or not isinstance(messages[0].get("content"), str):
+        return messages
+    system = {**messages[0], "content": [{"type": "text", "text": messages[0]["content"],
+                                          "cache_control": CACHE_MARKER}]}
+    return [system, *messages[1:]]
+
+
 def _unsent(request: CallRequest, error: str, in_flight: int) -> LLMCall:
     """The row of a call refused before it was sent."""
     return LLMCall(call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
                    task_id=request.task_id, attempt=request.attempt, purpose=request.purpose,
                    model=request.model, prompt_tokens=0, completion_tokens=0, total_tokens=0,
-                   usage_source="provider", cost_usd=0.0, latency_s=0.0, queued_s=0.0, retries=0,
+                   cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0, usage_source="provider",
+                   cost_usd=0.0, latency_s=0.0, queued_s=0.0, retries=0,
                    cached=False, error=error, run_in_flight=in_flight, started_at=utc_now())

@@ -48,6 +48,12 @@ class AgentRunSpec(BaseModel):
     model_endpoint: str
     """The model with its settings (harness.config.endpoint_key), as the gateway knows it."""
     model_params: dict[str, Any]
+    """Sent with every call: what the config asks for until the model check (harness.preflight)
+    says what the model takes."""
+    refused_params: tuple[str, ...] = ()
+    """Parameters the model refuses, never sent, also when an agent sets one per call."""
+    mark_cache: bool = False
+    """The system message carries the provider's cache marker (model.prompt_caching)."""
     function_calling: bool | None = False
     """The model takes tools natively; else they go through the JSON-in-text protocol. Null: as
     litellm's model map says, read on the worker (the driver need not import litellm: seconds)."""
@@ -268,7 +274,7 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
                 probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
-                model_endpoint=endpoint_key(settings.model), model_params=settings.model.params,
+                model_endpoint=endpoint_key(settings.model), model_params=settings.model.requested_params,
                 function_calling=settings.model.function_calling,
                 embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),
                 budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour,

@@ -32,6 +32,7 @@ from harness.limits import ModelLimits
 from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.model_server import LocalModelServer
 from harness.plan import AgentRunSpec
+from harness.preflight import CheckedParams
 
 WORKER_RESTARTS = 3
 """How often Ray restarts a dead agent worker (OOM, segfault, kill -9) before its jobs give up."""
@@ -62,11 +63,11 @@ class AgentPool:
                 batches.setdefault(index, []).append(spec)
         return sorted(batches.items())
 
-    def check_models(self, settings: HarnessConfig) -> None:
+    def check_models(self, settings: HarnessConfig) -> CheckedParams:
         """The job's preflight model checks, on a worker, which has litellm imported already (the
         driver need not import it: seconds); a failed check raises here as it would in the driver."""
         try:
-            ray.get(self.workers[0].check_models.remote(settings))
+            return ray.get(self.workers[0].check_models.remote(settings))
         except ray.exceptions.RayTaskError as error:
             raise root_cause(error) from None
 

@@ -1,6 +1,7 @@
-"""The preflight stage of a job: everything that can be checked is checked before the model server
-or Ray start (model access, the agent's options, the cache directory), and a run directory that
-already holds episodes is planned as a resume.
+"""The preflight stage of a job: everything that can be checked is checked before any episode runs
+(the agent's options and the cache directory in the driver; model access and parameters on a pool
+worker, where litellm is loaded), and a run directory that already holds episodes is planned as a
+resume.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import json
 import tempfile
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
 from harness.errors import one_line
@@ -19,15 +22,35 @@ from harness.resume import drop_orphans, finished_episodes
 from harness.runner import build_agent
 from harness.writer import recover
 
+SAMPLING_PROBE = {"temperature": 0.7, "seed": 1}
+"""Parameters agents set per call (agents/base.py `sampling`), checked as the config's are."""
 
-def check_models(settings: HarnessConfig) -> None:
-    """A model string litellm cannot route, or a provider key that is not set, fails here in one
-    line, not as a failed call per task."""
+
+@dataclass(frozen=True)
+class CheckedParams:
+    """The chat model's completion parameters as they will be sent, after the model check."""
+
+    params: dict[str, Any]
+    """Sent with every call (the manifest and the `runs` table record them)."""
+    refused: tuple[str, ...] = ()
+    """Parameters the model refuses: never sent, also when an agent sets one per call (a sampled
+    retry's temperature on a reasoning model, which takes only its own)."""
+    notes: tuple[str, ...] = ()
+    """What was not sent and why, to say once."""
+    mark_cache: bool = False
+    """Mark the system message as the prompt's cacheable start (model.prompt_caching=auto, on a
+    provider that caches only what is marked)."""
+
+
+def check_models(settings: HarnessConfig) -> CheckedParams:
+    """A model string litellm cannot route, a provider key that is not set, or a parameter the
+    model refuses fails here in one line, not as a failed call per task; a default parameter the
+    model refuses is dropped (and said)."""
     remote = [(model, field) for model, field in ((settings.model, "model.name"),
                                                  (settings.embedder, "embedder.name"))
               if not is_harness_served(model)]
     if not remote:
-        return
+        return CheckedParams(settings.model.requested_params)
     from harness.gateway import check_credentials, check_model_name  # imports litellm (seconds)
 
     for model, field in remote:
@@ -35,6 +58,32 @@ def check_models(settings: HarnessConfig) -> None:
         check_credentials(model, field)
         if model.api_base:
             _check_reachable(model.api_base, field.rsplit(".", 1)[0] + ".api_base")
+    if is_harness_served(settings.model):
+        return CheckedParams(settings.model.requested_params)
+    return check_params(settings.model)
+
+
+def check_params(model: ModelSettings) -> CheckedParams:
+    """Each completion parameter asked for, against what litellm says the model supports."""
+    from harness.gateway import marks_cache, refused_params
+
+    requested = model.requested_params
+    refused = refused_params(model.name, requested)
+    explicit = [key for key in refused if key in model.params]
+    if explicit:
+        key = explicit[0]
+        raise ConfigError(f"invalid config: model.params.{key}: {model.name} refuses {key}="
+                          f"{requested[key]!r} ({refused[key]}); remove it, or choose a value it takes")
+    notes = [f"model {model.name}: the default {key}={requested[key]!r} is not sent: {reason}"
+             for key, reason in refused.items()]
+    sent = {key: value for key, value in requested.items() if key not in refused}
+    # What agents set per call (a sampled retry's temperature and seed) the model may refuse too.
+    per_call = {key: reason for key, reason in refused_params(model.name, SAMPLING_PROBE).items()
+                if key not in refused}
+    notes += [f"model {model.name}: an agent's per-call {key} is not sent: {reason}"
+              for key, reason in per_call.items()]
+    return CheckedParams(sent, (*refused, *per_call), tuple(notes),
+                         mark_cache=model.prompt_caching == "auto" and marks_cache(model.name))
 
 
 def _check_reachable(api_base: str, field: str) -> None:

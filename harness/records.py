@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.costs import add_costs
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
@@ -47,6 +47,9 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
     latency_s: float = 0.0
+    cache_read_tokens: int | None = 0
+    cache_write_tokens: int | None = 0
+    reasoning_tokens: int | None = 0
 
     @property
     def total_tokens(self) -> int:
@@ -58,7 +61,15 @@ class Usage(BaseModel):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=add_costs(self.cost_usd, other.cost_usd),
             latency_s=self.latency_s + other.latency_s,
+            cache_read_tokens=add_counts(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens=add_counts(self.cache_write_tokens, other.cache_write_tokens),
+            reasoning_tokens=add_counts(self.reasoning_tokens, other.reasoning_tokens),
         )
+
+
+def add_counts(a: int | None, b: int | None) -> int | None:
+    """A sum of token counts that stays unknown (None) once one of them is."""
+    return None if a is None or b is None else a + b
 
 
 class Record(BaseModel):
@@ -105,6 +116,16 @@ class LLMCall(Record):
     """Output tokens, from the provider's usage report (or counted, see usage_source)."""
     total_tokens: int
     """prompt_tokens + completion_tokens."""
+    cache_read_tokens: int | None
+    """Of prompt_tokens, those the provider read from its prompt cache and bills at its cache-read
+    price (OpenAI `prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`, as
+    litellm normalises them); 0 when the provider reported none; null when it reported no usage."""
+    cache_write_tokens: int | None
+    """Of prompt_tokens, those the provider wrote to its prompt cache and bills at its cache-write
+    price (Anthropic `cache_creation_input_tokens`); 0 when it reported none; null when unknown."""
+    reasoning_tokens: int | None
+    """Of completion_tokens, the hidden reasoning (thinking) tokens a reasoning model billed as
+    output (`completion_tokens_details.reasoning_tokens`); 0 when it reported none; null when unknown."""
     usage_source: UsageSource
     """`provider` when the provider reported usage; `counted` when litellm's token counter filled it."""
     cost_usd: float | None
@@ -132,7 +153,9 @@ class LLMCall(Record):
     @property
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     cost_usd=self.cost_usd, latency_s=self.latency_s)
+                     cost_usd=self.cost_usd, latency_s=self.latency_s,
+                     cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
+                     reasoning_tokens=self.reasoning_tokens)
 
 
 class InterruptedCall(LLMCall):
@@ -229,6 +252,12 @@ class Episode(Record):
     """Sum of total_tokens over this episode's llm_calls rows."""
     cost_usd: float | None
     """Sum of cost_usd over this episode's llm_calls rows; null if any call's cost is unknown."""
+    cache_read_tokens: int | None
+    """Sum of cache_read_tokens over this episode's llm_calls rows; null if any is unknown."""
+    cache_write_tokens: int | None
+    """Sum of cache_write_tokens over this episode's llm_calls rows; null if any is unknown."""
+    reasoning_tokens: int | None
+    """Sum of reasoning_tokens over this episode's llm_calls rows; null if any is unknown."""
     act_tokens: int
     """total_tokens of this episode's calls with purpose act."""
     act_cost_usd: float | None
@@ -636,6 +665,10 @@ class RunRow(Record):
     """Hydra job number within its sweep; null for a single run."""
     overrides: str
     """The command-line overrides of the job that ran it, as Hydra received them (space-separated)."""
+    model_params: str
+    """The completion parameters sent with every call of the acting model, as a JSON object, after
+    the model check dropped any the model refuses (a reasoning model's temperature): two runs that
+    sent different parameters are never compared blind."""
     settings: str
     """Every behaviour-relevant setting as a JSON object of dotted keys (`variant.max_attempts`,
     `model.params.temperature`, `model.scripted.accuracy`, `budget.max_tokens`, ...): what the run id
@@ -677,6 +710,8 @@ class Manifest(BaseModel):
     python: str
     platform: str
     packages: dict[str, str | None]
+    model_params: dict[str, Any] | None = None
+    """The acting model's completion parameters as sent (see runs.model_params)."""
     ray_address: str | None = None
     dashboard_url: str | None = None
     agent_runs: list[AgentRunInfo]

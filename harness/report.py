@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from harness.compare import evolution_metrics, paired_comparisons
-from harness.costs import cost_sum, total_cost
+from harness.costs import known_sum, total_cost
 from harness.records import PURPOSES, TABLES
 from harness.report_html import write_html
 from harness.report_parts import REPORT_GROUPS, Section, markdown, pareto_front
@@ -106,7 +106,7 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
     table = (evaluated.group_by(keys).agg(
         pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
         pl.col("success").mean().alias("success_rate"), pl.col("act_tokens").sum(),
-        pl.col("overhead_tokens").sum(), cost_sum(pl.col("cost_usd")).alias("cost_usd"),
+        pl.col("overhead_tokens").sum(), known_sum(pl.col("cost_usd")).alias("cost_usd"),
         pl.col("latency_s").quantile(0.5).alias("p50_latency_s"),
         pl.col("latency_s").quantile(0.95).alias("p95_latency_s"),
         pl.col("protocol").unique().sort().str.join("/"), *models,

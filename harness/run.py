@@ -48,19 +48,18 @@ def run(settings: HarnessConfig, run_dir: Path, resolved_config: dict[str, Any] 
     """Run a job on `pool` (its sweep's), or as a sweep of one on a pool of its own; its model
     checks run on a pool worker."""
     return run_specs(settings, build_plan(settings, run_dir), run_dir, resolved_config, pool=pool,
-                     identity=identity, hint=hint, check_models=True)
+                     identity=identity, hint=hint)
 
 
 def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
               resolved_config: dict[str, Any] | None = None, resume_command: list[str] | None = None,
               pool: AgentPool | None = None, identity: JobIdentity | None = None,
-              hint: str | None = None, check_models: bool = False) -> RunResult:
+              hint: str | None = None) -> RunResult:
     """Run these agent runs (a job's plan, or a snapshot evaluation's) into `run_dir`, on `pool`
     (its sweep's) or on a pool of its own. `resume_command` is what an interrupted run tells the
     user to type (default: the Hydra job's); a sweep's job, run outside its Hydra job, comes with
-    its `identity` and `hint` read when it was prepared. `check_models`: the preflight model checks
-    run first, on a pool worker: it imports litellm (seconds) while a local model server loads, and
-    the driver never does."""
+    its `identity` and `hint` read when it was prepared. The preflight model checks run on a pool
+    worker, which imports litellm (seconds) while a local model server loads; the driver never does."""
     check_agents_build(specs)
     check_cache_writable(settings.cache)
     hint = hint or resume_hint(run_dir, resume_command)
@@ -71,14 +70,28 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         if dashboard and pool is None:  # a sweep's launcher says it once
             print(f"Ray dashboard: {dashboard}", flush=True)
         session = start_job_session(settings, specs, run_dir, stack, hint, pool)
-        if check_models:
-            session.pool.check_models(settings)
+        checked = session.pool.check_models(settings)
+        _say_once(checked.notes)
+        specs = [s.model_copy(update={"model_params": checked.params, "refused_params": checked.refused,
+                                      "mark_cache": checked.mark_cache}) for s in specs]
         manifest = start_manifest(settings, specs, resumes, resolved_config)
         manifest.ray_address, manifest.dashboard_url = address, dashboard
+        manifest.model_params = specs[0].model_params if specs else None
         with recorded(manifest, run_dir, hint):
             executed = execute(settings, specs, run_dir, session, identity)
             record_outcomes(manifest, executed.outcomes, executed.env_setup_s)
     return RunResult(run_dir, manifest, executed.outcomes)
+
+
+_said: set[str] = set()
+
+
+def _say_once(notes: tuple[str, ...]) -> None:
+    """Print what the model check changed, once per process (a sweep's jobs share their models)."""
+    for note in notes:
+        if note not in _said:
+            _said.add(note)
+            print(note, flush=True)
 
 
 def print_summary(result: RunResult, started: float) -> None:

@@ -149,7 +149,8 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
                            embedder=spec.embedder, model_endpoint=spec.model_endpoint,
                            embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
-                           transcripts=spec.transcripts, function_calling=function_calling)
+                           transcripts=spec.transcripts, function_calling=function_calling,
+                           refused_params=spec.refused_params, mark_cache=spec.mark_cache)
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     recorder = Recorder()
     options = split_options(spec.variant_cfg)[1]
@@ -294,7 +295,9 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         score=final.score if final else 0.0, judge_score=final.judge_score if final else None,
         reward=final.reward if final else 0.0, attempts=len(results), model=spec.model,
         n_calls=len(calls), prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, act_tokens=act.total_tokens,
+        total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens, reasoning_tokens=usage.reasoning_tokens,
+        act_tokens=act.total_tokens,
         act_cost_usd=act.cost_usd, overhead_tokens=overhead.total_tokens,
         overhead_cost_usd=overhead.cost_usd, memory_size=agent.memory_size(), protocol=agent.protocol,
         view=spec.view, snapshot_of=spec.snapshot_of, snapshot_position=spec.snapshot_position,

@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from harness.costs import cost_sum
+from harness.costs import known_sum
 from harness.writer import table_files
 
 OWN_COLUMNS = {"variant.name": "variant", "env.name": "env", "stream.scenario": "scenario",
@@ -121,10 +121,16 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     - not_attempted: stream tasks a spent budget left undone;
     - llm_calls: model calls of the stream episodes; cached_share: the share of them answered from
       the response cache (1.0: no request reached the model, so the latency and the run's speed say
-      nothing about the model); null without `calls`.
+      nothing about the model); null without `calls`;
+    - cache_read_share: the share of the stream's prompt tokens the provider read from its prompt
+      cache (billed at its cache-read price); reasoning_tokens: hidden reasoning tokens billed as
+      output; both null when a provider's usage did not say (or the tables predate them).
     """
     if episodes.is_empty():
         return pl.DataFrame()
+    for column in ("cache_read_tokens", "reasoning_tokens"):  # tables written before schema 5
+        if column not in episodes.columns:
+            episodes = episodes.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
     if runs is not None:
         episodes = label_runs(episodes, runs)
     stream = ~pl.col("probe")
@@ -146,9 +152,12 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
             not_attempted=(stream & ~pl.col("attempted")).sum(),
             success_rate=pl.col("success").filter(counted).mean(),
             total_tokens=pl.col("total_tokens").filter(stream).sum(),
-            cost_usd=cost_sum(pl.col("cost_usd").filter(stream)),
+            cost_usd=known_sum(pl.col("cost_usd").filter(stream)),
             llm_calls=pl.col("n_calls").filter(stream).sum(),
             cached_share=cached,
+            cache_read_share=known_sum(pl.col("cache_read_tokens").filter(stream))
+            / pl.col("prompt_tokens").filter(stream).sum(),
+            reasoning_tokens=known_sum(pl.col("reasoning_tokens").filter(stream)),
             p50_latency_s=pl.col("latency_s").filter(counted).median(),
             errors=(pl.col("error").is_not_null() & counted).sum(),
         )
@@ -176,7 +185,13 @@ def episode_counts(episodes: pl.DataFrame) -> str:
     return f"{attempted} episodes" + (f" (+ {', '.join(extra)})" if extra else "")
 
 
+QUIET_WHEN_ZERO = ("cache_read_share", "reasoning_tokens")
+"""Columns the printed summary leaves out when no run has any (a local model's): it is wide already."""
+
+
 def format_summary(summary: pl.DataFrame) -> str:
+    silent = [c for c in QUIET_WHEN_ZERO if c in summary.columns and not (summary[c].fill_null(0) != 0).any()]
+    summary = summary.drop(silent)
     with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
                    float_precision=3, tbl_rows=100, tbl_cols=20, tbl_width_chars=200,
                    fmt_str_lengths=80):

@@ -81,8 +81,11 @@ def test_usage_is_counted_and_flagged_when_the_provider_reports_none():
     class NoUsage:
         usage = None
 
-    prompt, completion, source = _usage("gpt-3.5-turbo", request(), NoUsage(), "Paris")
-    assert source == "counted" and prompt > 0 and completion >= 1
+    counted = _usage("gpt-3.5-turbo", request(), NoUsage(), "Paris")
+    assert counted.usage_source == "counted" and counted.prompt_tokens > 0 and counted.completion_tokens >= 1
+    # what the provider would have said of its cache and its reasoning is unknown, not zero
+    unknown = (counted.cache_read_tokens, counted.cache_write_tokens, counted.reasoning_tokens)
+    assert unknown == (None, None, None)
 
 
 def test_scripted_model_is_deterministic_and_learns_from_its_prompt():

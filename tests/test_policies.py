@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from harness.clock import utc_now
-from harness.costs import add_costs, cost_sum, total_cost
+from harness.costs import add_costs, known_sum, total_cost
 from harness.files import replace_atomically, write_text_atomically
 
 
@@ -20,7 +20,7 @@ def test_a_total_is_unknown_as_soon_as_one_cost_is():
 def test_the_polars_sum_says_unknown_per_group_instead_of_skipping_nulls():
     frame = pl.DataFrame({"group": ["priced", "priced", "unpriced", "unpriced"],
                           "cost_usd": [0.25, 0.5, 0.5, None]})
-    totals = dict(frame.group_by("group").agg(cost_sum(pl.col("cost_usd"))).iter_rows())
+    totals = dict(frame.group_by("group").agg(known_sum(pl.col("cost_usd"))).iter_rows())
     assert totals == {"priced": 0.75, "unpriced": None}
 
 

@@ -23,7 +23,8 @@ from harness.writer import TableWriter
 from tests.conftest import run_variant, scripted_settings
 
 TODAY = ["variant", "seed", "model", "episodes", "probes", "not_attempted", "success_rate",
-         "total_tokens", "cost_usd", "llm_calls", "cached_share", "p50_latency_s", "errors"]
+         "total_tokens", "cost_usd", "llm_calls", "cached_share", "cache_read_share", "reasoning_tokens",
+         "p50_latency_s", "errors"]
 
 
 def write_job(job_dir: Path, *overrides: str, job: int | None = 0, cached: bool | None = None) -> dict:
@@ -40,6 +41,7 @@ def write_job(job_dir: Path, *overrides: str, job: int | None = 0, cached: bool 
     writer.append(RunRow.table, [RunRow(
         run_id=spec.run_id, variant=spec.variant, env=spec.env, seed=spec.seed, order_seed=spec.order_seed,
         scenario=spec.scenario, model=spec.model, job=job, overrides=" ".join(overrides),
+        model_params=json.dumps(spec.model_params, sort_keys=True),
         settings=json.dumps(spec.settings, sort_keys=True), started_at=dt.datetime.now(dt.UTC)).model_dump()])
     writer.close()
     (job_dir / "manifest.json").write_text(json.dumps(

@@ -23,7 +23,7 @@ from harness.writer import COMPACTED, TableWriter, table_files
 def call_row(i: int) -> dict:
     return LLMCall(call_id=f"c{i}", run_id="r", episode_id=f"r/{i}", task_id=f"t{i}", attempt=1,
                    purpose="act", model="scripted/oracle", prompt_tokens=10, completion_tokens=2,
-                   total_tokens=12,
+                   total_tokens=12, cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0,
                    usage_source="provider", cost_usd=0.0, latency_s=0.1, queued_s=0.0, retries=0,
                    cached=False, error=None, run_in_flight=0, started_at=dt.datetime.now(dt.UTC)).model_dump()
 
