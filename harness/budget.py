@@ -17,6 +17,8 @@ def exhausted(budget: BudgetSettings, spent: Usage) -> str | None:
     if budget.max_tokens is not None and spent.total_tokens >= budget.max_tokens:
         return f"token budget spent ({spent.total_tokens} >= {budget.max_tokens})"
     cost = spent.cost_usd
+    if budget.max_cost_usd is not None and cost is None:  # never a cap that silently stops counting
+        return "dollar budget cannot be kept: a call's cost is unknown (its model has no price)"
     if budget.max_cost_usd is not None and cost is not None and cost >= budget.max_cost_usd:
         return f"dollar budget spent ({cost:.4f} >= {budget.max_cost_usd})"
     return None

@@ -69,6 +69,14 @@ def supports_function_calling(model: str) -> bool:
         return False
 
 
+def knows_price(model: str) -> bool:
+    """Whether litellm's price map has the model's input price."""
+    try:
+        return litellm.get_model_info(model).get("input_cost_per_token") is not None
+    except Exception:
+        return False
+
+
 def marks_cache(model: str) -> bool:
     """Whether the provider caches a prompt prefix only where the prompt marks it (Anthropic's
     `cache_control`, also behind Bedrock and Vertex): OpenAI-style providers cache by themselves."""

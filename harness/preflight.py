@@ -58,9 +58,24 @@ def check_models(settings: HarnessConfig) -> CheckedParams:
         check_credentials(model, field)
         if model.api_base:
             _check_reachable(model.api_base, field.rsplit(".", 1)[0] + ".api_base")
+    if settings.budget.max_cost_usd is not None:
+        _check_priced(remote)
     if is_harness_served(settings.model):
         return CheckedParams(settings.model.requested_params)
     return check_params(settings.model)
+
+
+def _check_priced(models: list[tuple[EndpointSettings, str]]) -> None:
+    """A dollar budget needs every call's cost: a model with no price would leave it uncounted."""
+    from harness.gateway import knows_price
+
+    for model, field in models:
+        if model.price is None and not knows_price(model.name):
+            group = field.rsplit(".", 1)[0]
+            raise ConfigError(f"invalid config: budget.max_cost_usd: litellm knows no price for "
+                              f"{model.name}, so its calls could not be counted against a dollar budget; set "
+                              f"{group}.price "
+                              "({input_per_token: ..., output_per_token: ...}) or use budget.max_tokens")
 
 
 def check_params(model: ModelSettings) -> CheckedParams:

@@ -10,7 +10,9 @@ from the runs table; see harness/summary.py):
   `bootstrap`, BCa), act and overhead tokens, overhead share, dollars, p50/p95 episode latency,
   protocol and model;
 - accuracy at matched spend: each variant's success rate over the episodes finished within the
-  largest cumulative token spend that every compared agent run reached;
+  largest cumulative spend that every compared agent run reached, in dollars when every call's
+  cost is known (then in tokens too), else in tokens, saying which; where any call's cost is
+  unknown the headline says so;
 - paired differences against a reference variant (`--reference`, default baseline) on the same
   tasks in the same order: paired bootstrap CI, exact McNemar p-value with Holm's correction,
   resolved or not at 95%, and how many paired episodes would resolve the observed difference
@@ -37,7 +39,7 @@ from harness.compare import evolution_metrics, paired_comparisons
 from harness.costs import known_sum, total_cost
 from harness.records import PURPOSES, TABLES
 from harness.report_html import write_html
-from harness.report_parts import REPORT_GROUPS, Section, markdown, pareto_front
+from harness.report_parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
 from harness.stats import bootstrap_ci
 from harness.summary import (
     SNAPSHOT_COLUMNS,
@@ -103,10 +105,15 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
     skipped = stream.filter(~pl.col("attempted")).group_by(keys).agg(not_attempted=pl.len())
     evaluated = stream.filter(pl.col("attempted"))
     models = [] if "model" in keys else [pl.col("model").unique().sort().str.join(",").alias("model")]
+    for column in ("prompt_tokens", "cache_read_tokens", "reasoning_tokens"):  # older tables lack some
+        if column not in evaluated.columns:
+            evaluated = evaluated.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
     table = (evaluated.group_by(keys).agg(
         pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
         pl.col("success").mean().alias("success_rate"), pl.col("act_tokens").sum(),
         pl.col("overhead_tokens").sum(), known_sum(pl.col("cost_usd")).alias("cost_usd"),
+        (known_sum(pl.col("cache_read_tokens")) / pl.col("prompt_tokens").sum()).alias("cache_read_share"),
+        known_sum(pl.col("reasoning_tokens")).alias("reasoning_tokens"),
         pl.col("latency_s").quantile(0.5).alias("p50_latency_s"),
         pl.col("latency_s").quantile(0.95).alias("p95_latency_s"),
         pl.col("protocol").unique().sort().str.join("/"), *models,
@@ -139,6 +146,19 @@ def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[
     return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
 
 
+def spend_unit(episodes: pl.DataFrame) -> tuple[str, str]:
+    """The column spend is compared in, and why: dollars when every episode's cost is known and not
+    all zero (a local model's), else tokens."""
+    costs = episodes.filter(~pl.col("probe"))["cost_usd"]
+    unknown = costs.null_count()
+    if unknown:
+        return "total_tokens", (f"in tokens: the cost of {unknown} of {costs.len()} episodes is unknown "
+                                "(a model with no price), so dollars are not compared")
+    if not total_cost(costs.to_list()):
+        return "total_tokens", "in tokens: every call cost $0 (a local model)"
+    return "cost_usd", "in dollars: every call's cost is known (cache reads and writes at their own prices)"
+
+
 def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
     import matplotlib
 
@@ -147,8 +167,8 @@ def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
 
     labels = [" / ".join(str(row[k]) for k in table.columns[: table.columns.index("seeds")])
               for row in table.iter_rows(named=True)]
-    tokens = (table["act_tokens"] + table["overhead_tokens"]) / table["episodes"]
-    points = list(zip(tokens.to_list(), table["success_rate"].to_list(), strict=True))
+    tokens, axis = spend_per_episode(table)
+    points = list(zip(tokens, table["success_rate"].to_list(), strict=True))
     front = pareto_front(points)
     fig, ax = plt.subplots(figsize=(7, 5))
     err = np.array([table["success_rate"] - table["ci_low"], table["ci_high"] - table["success_rate"]])
@@ -158,7 +178,7 @@ def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
     frontier = sorted(points[i] for i in front)
     ax.plot([p[0] for p in frontier], [p[1] for p in frontier], "--o", color="tab:red", mfc="none",
             markersize=12, label="Pareto frontier")
-    ax.set_xlabel("tokens per episode (act + overhead)")
+    ax.set_xlabel(axis)
     ax.set_ylabel("success rate (95% CI)")
     ax.legend()
     fig.tight_layout()
@@ -221,15 +241,37 @@ def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
 
 
 def matched_sections(learning: pl.DataFrame) -> list[Section]:
+    """Accuracy at matched spend, in dollars where every cost is known (then in tokens too), else in
+    tokens; the text says which and why."""
+    text = "Episodes finished within the largest cumulative spend every agent run reached"
+    spend, why = spend_unit(learning)
     budget, matched = matched_spend(learning)
-    sections = [Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
-                        "Episodes finished within the largest cumulative spend every agent run reached.",
-                        matched)]
-    if total_cost(learning["cost_usd"]):  # dollars known, and not all zero (a local model's)
-        dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
-        sections.append(Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", "",
-                                by_dollars))
-    return sections
+    by_tokens = Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
+                        f"{text}, {why}." if spend == "total_tokens" else f"{text}, in tokens.", matched)
+    if spend == "total_tokens":
+        return [by_tokens]
+    dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
+    return [Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", f"{text}, {why}.",
+                    by_dollars), by_tokens]
+
+
+def cost_headline(episodes: pl.DataFrame, calls: pl.DataFrame) -> str:
+    """What the report's dollars are worth: said first where any call's cost is unknown (a sum of the
+    known part would understate the spend), with the cache-read share of prompt tokens."""
+    if calls.is_empty():
+        return ""
+    unknown = calls.filter(pl.col("cost_usd").is_null())
+    said = ""
+    if unknown.height:
+        models = ", ".join(sorted(unknown["model"].unique().to_list()))
+        said = (f" **Cost unknown for {unknown.height} of {calls.height} model calls** ({models}: no price "
+                "known): dollar totals are left empty, not summed over the known part.")
+    if "cache_read_tokens" in calls.columns and calls["cache_read_tokens"].null_count() == 0:
+        prompt = int(calls["prompt_tokens"].sum())
+        read = int(calls["cache_read_tokens"].sum())
+        if prompt and read:
+            said += f" Prompt tokens read from the provider's cache: {read / prompt:.1%}."
+    return said
 
 
 def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
@@ -414,7 +456,8 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
     expected = sum(s["expected"] for s in status)
     summary = (f"{len(runs)} run directories, {complete} of {expected} planned episodes written "
                f"({', '.join(sorted({s['status'] for s in status}))}). Models: "
-               f"{', '.join(sorted(episodes['model'].unique().to_list()))}.")
+               f"{', '.join(sorted(episodes['model'].unique().to_list()))}."
+               + cost_headline(learning, calls))
     out.mkdir(parents=True, exist_ok=True)
     plot_cost_accuracy(table, out / "cost_accuracy.png")
     plot_learning_curves(learning, out / "learning_curves.png")

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from harness.files import write_text_atomically
-from harness.report_parts import REPORT_GROUPS, Section, cell, pareto_front
+from harness.report_parts import REPORT_GROUPS, Section, cell, pareto_front, spend_per_episode
 from harness.summary import group_keys
 
 STYLE = """
@@ -51,7 +51,7 @@ def cost_accuracy_figure(table: pl.DataFrame) -> Any:
 
     keys = table.columns[: table.columns.index("seeds")]
     rows = table.to_dicts()
-    tokens = [(r["act_tokens"] + r["overhead_tokens"]) / r["episodes"] for r in rows]
+    tokens, axis = spend_per_episode(table)
     success = [r["success_rate"] for r in rows]
     figure = go.Figure(go.Scatter(
         x=tokens, y=success, mode="markers+text", text=[_label(r, keys) for r in rows],
@@ -62,7 +62,7 @@ def cost_accuracy_figure(table: pl.DataFrame) -> Any:
     front = sorted(pareto_front(list(zip(tokens, success, strict=True))), key=lambda i: tokens[i])
     figure.add_trace(go.Scatter(x=[tokens[i] for i in front], y=[success[i] for i in front],
                                 mode="lines+markers", line={"dash": "dash"}, name="Pareto frontier"))
-    figure.update_layout(title="Cost and accuracy", xaxis_title="tokens per episode (act + overhead)",
+    figure.update_layout(title="Cost and accuracy", xaxis_title=axis,
                          yaxis_title="success rate (95% CI)", height=480)
     return figure
 

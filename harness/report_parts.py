@@ -49,3 +49,13 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
         if not dominated:
             front.append(i)
     return front
+
+
+def spend_per_episode(table: pl.DataFrame) -> tuple[list[float], str]:
+    """The cost-accuracy plots' x: dollars per episode when every group's cost is known and not all
+    zero, else tokens per episode (act + overhead); and its axis label."""
+    costs = table["cost_usd"]
+    if costs.null_count() == 0 and bool((costs > 0).any()):
+        return (costs / table["episodes"]).to_list(), "dollars per episode (act + overhead)"
+    tokens = (table["act_tokens"] + table["overhead_tokens"]) / table["episodes"]
+    return tokens.to_list(), "tokens per episode (act + overhead)"

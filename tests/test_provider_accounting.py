@@ -147,3 +147,17 @@ def test_the_command_line_runs_a_reasoning_model_to_the_end_and_records_what_it_
     assert json.loads(runs["model_params"][0]) == {"max_tokens": 256}
     calls = pl.read_parquet(out / "llm_calls")
     assert calls["error"].null_count() == 4 and calls["reasoning_tokens"].to_list() == [64] * 4
+
+
+def test_a_dollar_budget_on_a_model_with_no_price_is_a_config_error(server):
+    settings = settings_for("openai/fake", server.openai_base, "budget.max_cost_usd=0.01")
+    with pytest.raises(ConfigError, match=r"budget.max_cost_usd: litellm knows no price for openai/fake"):
+        check_models(settings)
+
+
+def test_a_dollar_budget_stops_a_run_once_its_cache_priced_spend_reaches_it(server, tmp_path):
+    calls, episodes = run_checked(settings_for("anthropic/claude-sonnet-4-5", server.anthropic_base,
+                                               "budget.max_cost_usd=0.0002"), tmp_path)
+    sent = [c for c in calls if c["error"] is None]
+    assert sum(c["cost_usd"] for c in sent[:-1]) < 0.0002 <= sum(c["cost_usd"] for c in sent)
+    assert [e["attempted"] for e in episodes].count(False) == 3 - len(sent)
