@@ -11,7 +11,6 @@ for itself passes the context's guard (the safety check and the sealed gate, har
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from typing import Any
 
 from agents.acting import ActingLoop, OwnTool
@@ -25,14 +24,11 @@ from harness.agent_api import (
     Feedback,
     LearntState,
     Message,
+    Opening,
     Trial,
     TuningSet,
 )
 from harness.records import GateKind, Purpose
-
-Opening = Callable[[str], list[Message]]
-"""The opening messages an agent sends for an observation: what its sealed-gate renders return
-(harness/gate.py takes one, or a bare system prompt, which is all `agent_api.Render` names yet)."""
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 

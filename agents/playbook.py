@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, Opening
+from agents.base import Agent
 from agents.memory_store import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
-from harness.agent_api import AgentContext, Attempt, Feedback, Render
+from harness.agent_api import AgentContext, Attempt, Feedback, Opening, Render
 from harness.records import GateKind, PlaybookEventRow
 
 SECTIONS = ("strategies", "pitfalls", "formats")

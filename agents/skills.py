@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, Opening
+from agents.base import Agent
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
-from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Render, Trial
+from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Opening, Render, Trial
 from harness.records import GateKind, SkillEventRow
 
 PROPOSE_PROMPT = (

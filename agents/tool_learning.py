@@ -24,12 +24,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents.acting import OwnTool
-from agents.base import Opening
 from agents.baseline import BaselineAgent
 from agents.sandbox import Sandbox
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall, ToolResult
-from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, LearntState, Render, Trial
+from harness.agent_api import (
+    AgentContext,
+    Attempt,
+    AttemptResult,
+    Feedback,
+    LearntState,
+    Opening,
+    Render,
+    Trial,
+)
 from harness.records import GateKind, ToolEventRow
 
 TOOLGEN_PROMPT = (

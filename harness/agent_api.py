@@ -128,8 +128,12 @@ class TuningSet(abc.ABC):
         """Success rate of single-turn answers under `system_prompt` (calls: purpose optimize)."""
 
 
-Render = Callable[[TaskView], Awaitable[str]]
-"""The system prompt a learnt state gives for a task (its lessons, playbook or retrieved skills)."""
+Opening = Callable[[str], list[Message]]
+"""A learnt state's opening messages for an observation, each part where the agent puts it (the
+stable system message first, then the task's lessons or skills, then the observation)."""
+Render = Callable[[TaskView], Awaitable[str | Opening]]
+"""What a learnt state shows for a task, as the sealed gate probes it: its opening messages, or a
+bare system prompt (for a state that changes only the system message)."""
 
 
 class Audit(BaseModel):

@@ -26,16 +26,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from envs.base import EnvEpisode, Environment, Task, TaskView
-from harness.agent_api import Audit, Recorder, Render
+from harness.agent_api import Audit, Opening, Recorder, Render
 from harness.records import GateEventRow, GateKind
 
 PARALLEL_PROBES = 4
 """Probe episodes run at once (the model's own concurrency limit still applies)."""
 Actor = Callable[[EnvEpisode, list[dict[str, Any]]], Awaitable[Any]]
 """Acts in an episode from these opening messages, billing its calls as `validate`."""
-Opening = Callable[[str], list[dict[str, Any]]]
-"""A state's opening messages for a probe's observation, where the agent puts each part: what an
-agent's render returns (agents/base.py, `opening`), where it does not return a bare system prompt."""
 
 
 def balanced_probe(tasks: list[Task], size: int, seed: int) -> list[Task]:
