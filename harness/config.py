@@ -112,6 +112,9 @@ class Scripted(_Strict):
     fail_attempts: int = Field(ge=0)
     rules: list[ScriptedRule] = []
     """Checked in order before the default policy; the first that matches gives the reply."""
+    prompt_cache_min_tokens: int | None = Field(default=None, gt=0)
+    """Emulate a warm provider prompt cache: the system message is reported as read from cache
+    (`cache_read_tokens`) when it has at least this many tokens; None: no cache."""
 
 
 def _stop_words(value: Any) -> Any:

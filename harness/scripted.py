@@ -48,8 +48,9 @@ def _unit_hash(*parts: str) -> float:
 class ScriptedLLM(CustomLLM):
     def __init__(self, accuracy: float, latency_s: float = 0.0, fail_rate: float = 0.0,
                  fail_attempts: int = 1_000_000, answer_key: dict[str, str] | None = None,
-                 rules: list[Any] | None = None) -> None:
+                 rules: list[Any] | None = None, prompt_cache_min_tokens: int | None = None) -> None:
         super().__init__()
+        self.prompt_cache_min_tokens = prompt_cache_min_tokens
         self.rules = list(rules or [])
         self.accuracy = accuracy
         self.latency_s = latency_s
@@ -139,10 +140,21 @@ class ScriptedLLM(CustomLLM):
                 for c in calls]
             model_response.choices[0].finish_reason = "tool_calls"
         model_response.model = model
+        details = {"cached_tokens": self._cached_tokens(messages)} if self.prompt_cache_min_tokens else None
         model_response.usage = litellm.Usage(prompt_tokens=prompt_tokens,  # type: ignore[attr-defined]
                                              completion_tokens=completion_tokens,
-                                             total_tokens=prompt_tokens + completion_tokens)
+                                             total_tokens=prompt_tokens + completion_tokens,
+                                             prompt_tokens_details=details)
         return model_response
+
+    def _cached_tokens(self, messages: list[dict[str, Any]]) -> int:
+        """A warm prefix cache, emulated without state (so a resumed run reports what an uninterrupted
+        one does): the system message, the stable start agents send first, is read from cache when
+        it has at least `prompt_cache_min_tokens` tokens."""
+        if not messages or messages[0].get("role") != "system" or self.prompt_cache_min_tokens is None:
+            return 0
+        system = litellm.token_counter(model="gpt-3.5-turbo", messages=messages[:1])
+        return system if system >= self.prompt_cache_min_tokens else 0
 
     def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
         raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")
@@ -176,7 +188,8 @@ class ScriptedRouter(InProcessProvider):
         if short not in self.models:
             self.models[short] = ScriptedLLM(accuracy=options.accuracy, latency_s=options.latency_s,
                                              fail_rate=options.fail_rate, fail_attempts=options.fail_attempts,
-                                             rules=options.rules)
+                                             rules=options.rules,
+                                             prompt_cache_min_tokens=options.prompt_cache_min_tokens)
         self.models[short].answer_key.update(answer_key)
 
     async def acompletion(self, model: str, *args: Any, **kwargs: Any) -> ModelResponse:

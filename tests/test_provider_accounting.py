@@ -161,3 +161,14 @@ def test_a_dollar_budget_stops_a_run_once_its_cache_priced_spend_reaches_it(serv
     sent = [c for c in calls if c["error"] is None]
     assert sum(c["cost_usd"] for c in sent[:-1]) < 0.0002 <= sum(c["cost_usd"] for c in sent)
     assert [e["attempted"] for e in episodes].count(False) == 3 - len(sent)
+
+
+def test_the_scripted_model_can_emulate_a_warm_prompt_cache_and_fill_the_columns():
+    from tests.conftest import run_variant
+
+    cold = run_variant("stream.num_tasks=3")
+    warm = run_variant("stream.num_tasks=3", "model.scripted.prompt_cache_min_tokens=8")
+    assert {c["cache_read_tokens"] for c in cold.rows["llm_calls"]} == {0}
+    acts = [c for c in warm.rows["llm_calls"] if c["purpose"] == "act"]
+    assert acts and all(0 < c["cache_read_tokens"] < c["prompt_tokens"] for c in acts)
+    assert len({c["cache_read_tokens"] for c in acts}) == 1  # the same system message: the same prefix
