@@ -172,3 +172,16 @@ def test_the_scripted_model_can_emulate_a_warm_prompt_cache_and_fill_the_columns
     acts = [c for c in warm.rows["llm_calls"] if c["purpose"] == "act"]
     assert acts and all(0 < c["cache_read_tokens"] < c["prompt_tokens"] for c in acts)
     assert len({c["cache_read_tokens"] for c in acts}) == 1  # the same system message: the same prefix
+
+
+def test_a_playbook_agents_later_calls_read_its_prompt_from_the_cache_at_the_read_price(server, tmp_path):
+    settings = settings_for("openai/gpt-5-mini", server.openai_base, "variant=playbook")
+    calls, _ = run_checked(settings, tmp_path)
+    price = price_of("gpt-5-mini")
+    acts = [c for c in calls if c["purpose"] == "act"]
+    assert all(c["cache_read_tokens"] > 0 for c in acts[1:])
+    for call in acts:
+        invoice = ((call["prompt_tokens"] - call["cache_read_tokens"]) * price["input_cost_per_token"]
+                   + call["cache_read_tokens"] * price["cache_read_input_token_cost"]
+                   + call["completion_tokens"] * price["output_cost_per_token"])
+        assert call["cost_usd"] == pytest.approx(invoice, rel=1e-9)
