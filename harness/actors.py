@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from envs.base import Environment
 from harness.config import EndpointSettings, HarnessConfig
 from harness.limits import SharedLimits
+from harness.metrics import JobLabels, MetricsExporter
 from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.plan import AgentRunSpec, build_environment, episode_ids
 from harness.preflight import CheckedParams, check_models
@@ -90,18 +91,24 @@ class WriterHub:
     """The writer actor of a pool: a `TableWriter` for each job it opened, keyed by the job's
     directory. A job's failure (a full disk under its directory, another writer taking it over)
     stays that job's: kept, and raised to it when it next asks (poll), never to the other jobs
-    whose rows came in the same batch."""
+    whose rows came in the same batch. As it sees every row of every job, it also exports the
+    pool's Ray metrics (harness/metrics.py), from the rows each writer has taken."""
 
     def __init__(self) -> None:
         self._writers: dict[str, TableWriter] = {}
         self._failures: dict[str, Exception] = {}
+        self._metrics = MetricsExporter()
 
-    def open(self, job: str, flush_interval_s: float) -> None:
+    def open(self, job: str, flush_interval_s: float, labels: JobLabels | None = None) -> None:
+        """A writer for `job`; its rows are counted in the metrics under `labels` (none: not counted)."""
         self._failures.pop(job, None)
         self._writers[job] = TableWriter(job, flush_interval_s)
+        if labels is not None:
+            self._metrics.open_job(job, labels)
 
     def append(self, job: str, table: str, rows: list[dict[str, Any]]) -> None:
         self._call(job, lambda writer: writer.append(table, rows))
+        self._metrics.count(job, {table: rows})
 
     def append_many(self, batches: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
         for job, batch in batches.items():
@@ -109,8 +116,11 @@ class WriterHub:
                 continue  # a job that has stopped: a resume runs these episodes again
             with contextlib.suppress(Exception):  # kept in _failures for the job
                 self._call(job, lambda writer, batch=batch: writer.append_many(batch))
+                self._metrics.count(job, batch)  # only once its writer has taken the rows
+        self._metrics.export_if_due()
 
     def poll(self, job: str) -> dict[str, int]:
+        self._metrics.export_if_due()  # the last rows of a quiet spell go out too
         return self._call(job, TableWriter.poll)
 
     def figures(self, job: str) -> dict[str, Any]:
@@ -123,6 +133,7 @@ class WriterHub:
         """Flush what reached the job's writer and close it (also after its failure: what can be
         written is)."""
         self._failures.pop(job, None)
+        self._metrics.close_job(job)
         writer = self._writers.pop(job, None)
         return writer.close(compact) if writer is not None else {}
 

@@ -25,6 +25,7 @@ from harness.actors import WorkerReport
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_cause
+from harness.metrics import job_labels
 from harness.model_client import GatewayUnavailable, ModelUnavailable
 from harness.plan import AgentRunSpec, expected_episodes
 from harness.progress import JobFigures, progress_actor_name
@@ -67,7 +68,9 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, s
         return Executed()
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))
-    ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s))
+    # The hub tags the job's rows in the pool's Ray metrics with these (harness/metrics.py).
+    labels = job_labels(pool.limits_name, identity.number, specs)
+    ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels))
     pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, run_dir, identity))
     models = [settings.model, settings.embedder]
     assignments = pool.assign(specs)

@@ -1,8 +1,8 @@
 """Live figures of a sweep: each job pushes its own, the launcher shows them all in one view.
 
-A small named actor (`SweepProgress`) holds the latest figures of every job and exports them as
-Ray metrics (`harness_*` gauges tagged with the job number), which the Ray dashboard's metrics
-view and its Prometheus endpoint show. The launcher renders them in the terminal with rich.
+A small named actor (`SweepProgress`) holds the latest figures of every job; the launcher renders
+them in the terminal with rich. The Ray metrics of a run or sweep (for the dashboard and Prometheus)
+are the writer hub's, counted from the rows it receives (harness/metrics.py), not these.
 """
 
 from __future__ import annotations
@@ -10,10 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-
-GAUGES = {"episodes_done": "Episodes written", "episodes_planned": "Episodes the job will write",
-          "success_rate": "Success so far (stream tasks)", "total_tokens": "Tokens spent so far",
-          "cost_usd": "Dollars spent so far", "errors": "Episodes that ended with an error"}
 
 
 class JobFigures(BaseModel):
@@ -46,23 +42,9 @@ def progress_actor_name(limits: str) -> str:
 class SweepProgress:
     def __init__(self) -> None:
         self.jobs: dict[int, JobFigures] = {}
-        self._gauges: dict[str, Any] = {}
-        try:
-            from ray.util.metrics import Gauge
-
-            self._gauges = {name: Gauge(f"harness_{name}", description=text, tag_keys=("job",))
-                            for name, text in GAUGES.items()}
-        except Exception:  # metrics are a convenience: the terminal view does not depend on them
-            self._gauges = {}
 
     def update(self, figures: JobFigures) -> None:
         self.jobs[figures.job] = figures
-        values = {"episodes_done": figures.episodes_done, "episodes_planned": figures.episodes_planned,
-                  "success_rate": figures.success_rate, "total_tokens": figures.total_tokens,
-                  "cost_usd": figures.cost_usd, "errors": figures.errors}
-        for name, value in values.items():
-            if name in self._gauges and value is not None:
-                self._gauges[name].set(float(value), tags={"job": str(figures.job)})
 
     def snapshot(self) -> list[JobFigures]:
         return [self.jobs[job] for job in sorted(self.jobs)]

@@ -188,6 +188,7 @@ class RayLauncher(Launcher):
         litellm while the other jobs' configs are composed; then the models of all jobs are
         served, and the jobs run."""
         from harness.config import EndpointSettings, HarnessConfig
+        from harness.metrics import metrics_endpoint
         from harness.pool import serve_models, start_workers
         from harness.session import ray_session
 
@@ -205,8 +206,10 @@ class RayLauncher(Launcher):
             address, dashboard = stack.enter_context(ray_session(first.ray))
             pool = start_workers(first.ray, stack, limits_name, agent_runs=len(job_overrides))
             composed += [self._compose(index, overrides, limits_name) for index, overrides in numbered]
+            metrics = metrics_endpoint()  # for Prometheus: the sweep's metrics (harness/metrics.py)
             log.info(f"Launching {len(composed)} jobs at once on Ray {address}"
-                     + (f"; dashboard {dashboard}" if dashboard else ""))
+                     + (f"; dashboard {dashboard}" if dashboard else "")
+                     + (f"; metrics {metrics}" if metrics else ""))
             models: dict[str, EndpointSettings] = {}
             for settings in (settings for _, settings in composed if settings is not None):
                 for model in (settings.model, settings.embedder):
