@@ -56,8 +56,6 @@ def check_models(settings: HarnessConfig) -> CheckedParams:
     for model, field in remote:
         check_model_name(model.name, field)
         check_credentials(model, field)
-        if model.api_base:
-            _check_reachable(model.api_base, field.rsplit(".", 1)[0] + ".api_base")
     if settings.budget.max_cost_usd is not None:
         _check_priced(remote)
     if is_harness_served(settings.model):
@@ -99,6 +97,14 @@ def check_params(model: ModelSettings) -> CheckedParams:
               for key, reason in per_call.items()]
     return CheckedParams(sent, (*refused, *per_call), tuple(notes),
                          mark_cache=model.prompt_caching == "auto" and marks_cache(model.name))
+
+
+def check_servers_answer(settings: HarnessConfig) -> None:
+    """A server of the user's own (`api_base`) that nothing answers at fails at once, in the driver,
+    before Ray starts (no litellm needed)."""
+    for model, field in ((settings.model, "model.api_base"), (settings.embedder, "embedder.api_base")):
+        if model.api_base and not is_harness_served(model):
+            _check_reachable(model.api_base, field)
 
 
 def _check_reachable(api_base: str, field: str) -> None:

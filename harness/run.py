@@ -28,7 +28,12 @@ from harness.manifest import record_outcomes, recorded, start_manifest
 from harness.model_client import BUDGET_EXHAUSTED
 from harness.plan import AgentRunSpec, build_plan
 from harness.pool import AgentPool
-from harness.preflight import check_agents_build, check_cache_writable, resume_plan
+from harness.preflight import (
+    check_agents_build,
+    check_cache_writable,
+    check_servers_answer,
+    resume_plan,
+)
 from harness.records import Episode, LLMCall, Manifest
 from harness.runner import RunOutcome
 from harness.session import ray_session, resume_hint, start_job_session
@@ -62,6 +67,7 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     worker, which imports litellm (seconds) while a local model server loads; the driver never does."""
     check_agents_build(specs)
     check_cache_writable(settings.cache)
+    check_servers_answer(settings)
     hint = hint or resume_hint(run_dir, resume_command)
     identity = identity or JobIdentity.of_hydra_job()
     with exclusive(run_dir), contextlib.ExitStack() as stack:
