@@ -88,7 +88,8 @@ def run_variant(*overrides: str, gateway_type: type[RecordingGateway] = Recordin
 def ray_session() -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    # address="local": never join a Ray that another run (or `ray start`) left on the machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="warning")
     yield
     ray.shutdown()
 
