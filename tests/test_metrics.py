@@ -4,6 +4,9 @@ endpoint with the values the tables hold."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import defaultdict
@@ -19,6 +22,7 @@ from harness.model_server import free_port
 from harness.run import run
 from harness.summary import read_table
 from tests.conftest import scripted_settings
+from tests.processes import QUIET, run_cli, stop_session
 
 LABELS = JobLabels(sweep="harness-sweep-test", sweep_job="3", runs={"r0": ("memory", "0", "m")},
                    planned={"r0": 4})
@@ -89,8 +93,9 @@ def metrics_port():
         yield int(ray.nodes()[0]["MetricsExportPort"])
         return
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", _metrics_export_port=port,
-             _system_config={"metrics_report_interval_ms": 500})
+    # address="local": a Ray of this test's own, whatever other cluster runs on the machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="warning",
+             _metrics_export_port=port, _system_config={"metrics_report_interval_ms": 500})
     yield port
     ray.shutdown()
 
@@ -197,3 +202,48 @@ def test_a_runs_metrics_reach_the_nodes_prometheus_endpoint_with_the_tables_valu
     written = safety.filter(pl.col("stage") == "write")
     assert accepted.get(("safety",), 0) == (written["decision"] != "blocked").sum()
     assert rejected.get(("safety",), 0) == (written["decision"] == "blocked").sum()
+
+
+@pytest.fixture(scope="module")
+def cluster_with_metrics_port(tmp_path_factory):
+    """`ray start --head --metrics-export-port=<port>`, as a user would start a cluster for Prometheus
+    (its workers report every half second), stopped by its session afterwards; (address, port)."""
+    port, metrics_port = free_port(), free_port()
+    command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+               "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false", "--block",
+               f"--metrics-export-port={metrics_port}", "--disable-usage-stats",
+               # Ports of its own: the defaults (8265, 52365) may belong to another run on this machine.
+               f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+               f"--temp-dir={tmp_path_factory.mktemp('ray')}"]
+    head = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
+                            env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                                 "RAY_metrics_report_interval_ms": "500"})
+    assert head.stdout is not None
+    for line in head.stdout:
+        if "Ray runtime started" in line or "ray start --address" in line:
+            break
+    yield f"127.0.0.1:{port}", metrics_port
+    stop_session(head)  # every process `ray start` started is in the session it was given
+
+
+def test_a_sweep_on_a_cluster_exports_each_jobs_metrics_on_the_port_the_cluster_was_given(
+        cluster_with_metrics_port, tmp_path):
+    address, port = cluster_with_metrics_port
+    result = run_cli("-m", "seed=0,1", "model=scripted", "embedder=hashing", "stream.num_tasks=3",
+                     "cache.enabled=false", *QUIET, f"ray.address={address}", f"hydra.sweep.dir={tmp_path}",
+                     timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = [line for line in result.stdout.splitlines() if "Launching 2 jobs at once" in line]
+    assert len(said) == 1 and said[0].endswith(f":{port}/metrics")  # the launcher says where to scrape
+    expected = {(job, str(seed)): float(read_table(tmp_path / job, "episodes").height)
+                for job, seed in (("0", 0), ("1", 1))}
+    samples = scraped_when(port, set(), lambda s: by(s.get("ray_harness_episodes_total", {}),
+                                                     "sweep_job", "seed") == expected)
+    assert by(samples["ray_harness_episodes_total"], "sweep_job", "seed") == expected == {
+        ("0", "0"): 3.0, ("1", "1"): 3.0}
+    [sweep] = by(samples["ray_harness_episodes_total"], "sweep")
+    assert sweep[0].startswith("harness-sweep-")
+    tokens = {(job,): float(read_table(tmp_path / job, "llm_calls")["total_tokens"].sum())
+              for job in ("0", "1")}
+    assert by(samples["ray_harness_tokens_total"], "sweep_job") == tokens
