@@ -185,3 +185,17 @@ def test_a_playbook_agents_later_calls_read_its_prompt_from_the_cache_at_the_rea
                    + call["cache_read_tokens"] * price["cache_read_input_token_cost"]
                    + call["completion_tokens"] * price["output_cost_per_token"])
         assert call["cost_usd"] == pytest.approx(invoice, rel=1e-9)
+
+
+@pytest.mark.parametrize("model, base, dropped", [
+    ("openai/gpt-5-mini", "openai_base", {"temperature"}),
+    ("openai/o4-mini", "openai_base", {"temperature"}),
+    ("anthropic/claude-sonnet-4-5", "anthropic_base", set()),
+    ("gemini/gemini-2.5-flash", "gemini_base", set())])
+def test_todays_models_run_with_the_default_config_and_an_api_base(server, tmp_path, model, base, dropped):
+    settings = settings_for(model, getattr(server, base))
+    checked = check_models(settings)
+    assert set(settings.model.requested_params) - set(checked.params) == dropped
+    calls, episodes = run_checked(settings, tmp_path)
+    assert [c["error"] for c in calls] == [None] * 3 and len(episodes) == 3
+    assert all(c["cost_usd"] is not None and c["cost_usd"] > 0 for c in calls)
