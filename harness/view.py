@@ -52,11 +52,13 @@ from harness.view_pages import (
     runs_page,
 )
 from harness.view_queries import EpisodeFilter, episode_detail, learnt_state, list_episodes, runs_overview
-from harness.view_store import BadRequest, Store, ViewError
+from harness.view_store import BadRequest, Store, TooLarge, ViewError
 
 DEFAULT_PORT = 8000
-FAVICON = (b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1 1">'
-           b'<rect width="1" height="1" fill="#24292f"/></svg>')
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1 1">'
+    b'<rect width="1" height="1" fill="#24292f"/></svg>'
+)
 
 Reply = tuple[int, str, bytes]
 """HTTP status, content type, body."""
@@ -185,6 +187,9 @@ def make_handler(viewer: Viewer, quiet: bool = True) -> type[BaseHTTPRequestHand
             api = url.path.startswith("/api/")
             try:
                 status, content_type, body = viewer.route(url.path, parse_qs(url.query))
+            except TooLarge as error:
+                status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+                content_type, body = error_body(api, "Too large to compare here", str(error))
             except BadRequest as error:
                 status = HTTPStatus.BAD_REQUEST
                 content_type, body = error_body(api, "Bad request", str(error))

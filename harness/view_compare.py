@@ -20,7 +20,13 @@ from harness.report_html import cost_accuracy_figure, learning_curves_figure
 from harness.report_parts import REPORT_GROUPS, Section
 from harness.summary import group_keys, label_runs
 from harness.view_queries import jsonable, selected_episodes
-from harness.view_store import Store, ViewError
+from harness.view_store import Store, TooLarge, ViewError
+
+MAX_GROUP_EPISODES = 3_000
+"""Most episodes per group the comparison computes. harness/stats.py's BCa bootstrap holds its whole
+jackknife at once (indices and values, about 16 n² bytes) and 2,000 resamples (16 KB per episode):
+at 3,000 episodes in one group the viewer peaked at 542 MB (python -m harness.bench_view --rows 30000
+--jobs 1), within its 1 GB; at 25,000 it would need about 10 GB."""
 
 
 @dataclass
@@ -56,8 +62,17 @@ def comparison(
     if episodes.is_empty():
         raise ViewError("no episodes written yet")
     episodes = label_runs(episodes, runs)
-    if episodes.filter(~episodes["probe"] & episodes["attempted"]).is_empty():
+    evaluated = episodes.filter(~episodes["probe"] & episodes["attempted"])
+    if evaluated.is_empty():
         raise ViewError("no attempted episodes among the selected runs yet")
+    largest = evaluated.group_by(group_keys(evaluated, REPORT_GROUPS)).len()["len"].max()
+    if largest > MAX_GROUP_EPISODES:
+        raise TooLarge(
+            f"{largest:,} episodes in one group of the selection: harness.report's confidence intervals "
+            f"(harness/stats.py bootstrap_ci, scipy's BCa) need memory growing with the square of that "
+            f"(a jackknife of n x n-1), so the viewer compares at most {MAX_GROUP_EPISODES:,} per group; "
+            "select fewer runs, or run python -m harness.report"
+        )
     table = main_table(episodes)
     learning = learning_runs(episodes)
     if learning.is_empty():

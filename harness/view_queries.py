@@ -19,6 +19,8 @@ PAGE_SIZE = 50
 """Episodes per page of the episodes list."""
 TIMELINE_PAGE = 200
 """Learnt-state events per page of the learnt page."""
+CURVE_POINTS = 500
+"""Points of the learnt page's curve at most (a long stream is sampled, every n-th episode)."""
 FIRST_USES = 10
 """Later episodes listed by id for each learnt item (the rest are counted)."""
 
@@ -502,17 +504,16 @@ def learnt_state(
     ungated = (
         [row for edit_id, rows in gate.items() if edit_id not in ids for row in rows] if page == 1 else []
     )
-    curve = (
-        store.rows(
-            lambda: (
-                f"""SELECT stream_position, memory_size, success::INT AS success
+    step = max(1, known["n"] // CURVE_POINTS)
+    curve = store.rows(
+        lambda: (
+            f"""SELECT stream_position, memory_size, avg(success::INT) OVER (
+            ORDER BY stream_position ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS rolling_success
         FROM {store.scan("episodes", dirs)} WHERE run_id = ? AND NOT probe AND attempted
+        QUALIFY (row_number() OVER (ORDER BY stream_position) - 1) % {step} = 0
         ORDER BY stream_position"""
-            ),
-            [run_id],
-        )
-        if known["n"] <= 100_000
-        else []
+        ),
+        [run_id],
     )
     return jsonable(
         {

@@ -49,6 +49,10 @@ class ViewError(ValueError):
     """Bad input: a path with no tables, an unknown run or episode. Shown as one line, never a traceback."""
 
 
+class TooLarge(ViewError):
+    """A selection whose statistics would not fit in the viewer's memory: HTTP 413, in one line."""
+
+
 class BadRequest(ViewError):
     """A query parameter that cannot be read (a seed that is not a number): HTTP 400, not 404."""
 

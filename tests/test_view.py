@@ -21,6 +21,7 @@ import polars as pl
 import pytest
 
 from harness import view_queries
+from harness.bench_view import generate, measure
 from harness.plan import build_plan
 from harness.records import RunRow
 from harness.report import main_table
@@ -278,6 +279,17 @@ def test_part_files_landing_while_a_run_writes_show_up(sweep, tmp_path):
         assert get_json(url_of(server) + "api/episodes")["total"] == 8
     finally:
         server.shutdown()
+
+
+def test_the_bench_writes_a_sweep_the_harness_reads_and_measures_every_page(tmp_path):
+    written = generate(tmp_path, rows=2_000, jobs=2, calls_per_episode=10)
+    dirs = [tmp_path / "0", tmp_path / "1"]
+    assert read_tables(dirs, "transcripts").height == written["transcripts"] == 2_000
+    assert read_tables(dirs, "episodes").height == written["episodes"] == 200
+    results = measure(tmp_path, written["run_ids"], episodes_per_job=100, repeats=1)
+    pages = [r for r in results if "status" in r]
+    assert [r["status"] for r in pages] == [200] * len(pages) and len(pages) == 11
+    assert all(0 < r["first_s"] < 30 for r in pages) and 0 < max(r["peak_mb"] for r in results) < 1024
 
 
 # In a real browser --------------------------------------------------------------------------------
