@@ -8,11 +8,11 @@ metrics call. Ray's metrics agent on the hub's node serves them on the node's me
 as `ray_<name>_total` (counters) and `ray_<name>` (the gauge), which Prometheus scrapes and the
 dashboard's Metrics page (with Grafana) shows; docs/sweeps.md says how to see them.
 
-What the counters count: the rows the hub received in this session. A resumed job's start again
-from zero (Prometheus' `rate` and `increase` allow for resets); an episode cut short by a dead
-worker is run again, so its calls are counted twice, as they were sent twice (the table keeps the
-first ones in `interrupted_calls`). A counter that has never been incremented is absent from the
-export rather than 0 (Ray's counters only take positive increments).
+What the counters count: the rows the hub received in this session. A resumed job's counters
+start again from zero (Prometheus' `rate` and `increase` allow for resets); an episode cut short by
+a dead worker is run again, so its calls are counted twice, as they were sent twice (the table
+keeps the first ones in `interrupted_calls`). A counter that has never been incremented is absent
+from the export rather than 0 (Ray's counters only take positive increments).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ bullet, skill, tool, prompt)."""
 
 @dataclass(frozen=True)
 class Metric:
+    """One metric as Ray is given it; Prometheus sees `ray_<name>`, and `ray_<name>_total` for a counter."""
+
     name: str
     description: str
     tag_keys: tuple[str, ...]
