@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -23,7 +24,7 @@ nav{background:#24292f;padding:6px 1em;margin:-2em -1em 1em}nav a{color:#fff;mar
 form.filters label{margin-right:.8em;font-size:13px}
 .call{border-left:3px solid #ccd;padding-left:.6em;margin:.6em 0}
 .message{margin:.2em 0}.role{font-weight:bold;font-size:12px}td.num{text-align:right}
-tr.dropped td{color:#999;text-decoration:line-through}
+tr.dropped td{color:#999;text-decoration:line-through}.ok a{color:#1a7f37}.bad a{color:#c0392b}
 """
 )
 
@@ -45,6 +46,12 @@ async function refresh() {
 }
 setInterval(refresh, 2000);
 """
+
+
+def prose(text: str) -> str:
+    """The report's markdown text: escaped, its `code` spans as code and its **bold** as bold."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
 
 
 def escape(value: Any) -> str:
@@ -464,8 +471,14 @@ def learnt_page(state: dict[str, Any], reports: Sequence[tuple[str, str]]) -> st
     for change in state["changes"]:
         gate, safety = decisions_html(change, dir_key)
         uses = " ".join(
-            episode_link(dir_key, u["episode_id"], f"#{u['stream_position']}") for u in change["used_by"]
+            f'<span class="{"ok" if u["success"] else "bad"}">'
+            + episode_link(dir_key, u["episode_id"], "#" + str(u["stream_position"]))
+            + "</span>"
+            for u in change["used_by"]
         )
+        if change["uses"]:
+            uses = f'<span class="muted">{change["uses_succeeded"]} succeeded:</span> {uses}'
+
         if change["uses"] > len(change["used_by"]):
             uses += f' <span class="muted">and {change["uses"] - len(change["used_by"])} more</span>'
         item = f'<span id="item-{html.escape(change["item_id"])}">{escape(change["item_id"])}</span>'
@@ -549,7 +562,8 @@ def learnt_page(state: dict[str, Any], reports: Sequence[tuple[str, str]]) -> st
         + alive
         + f'<h2>Timeline: every change, by stream position (<span id="changes">{state["total"]}</span>)</h2>'
         "<p>Each item with the episode that wrote it, the sealed gate's and the safety check's decisions on "
-        "it, and the later episodes that used it (retrieved into a prompt, tagged, or run). Page "
+        "it, and the later episodes that used it (retrieved into a prompt, tagged, or run), green where that "
+        "episode succeeded. Page "
         f"{state['page']} of {state['pages']}. {' '.join(pager)}</p>"
         + table(
             ["position", "change", "item", "kind", "text", "episode", "gate", "safety", "used later by"],
@@ -609,16 +623,17 @@ def compare_page(
         else "all agent runs"
     )
     body = [
-        f"<p>{chosen}. Computed now by harness.report's own functions on the selected episodes.{headline}</p>"
+        f"<p>{chosen}. Computed now by harness.report's own functions on the selected episodes."
+        f"{prose(headline)}</p>"
     ]
     for section in sections:
         body.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
-            body.append(f"<p>{html.escape(section.text)}</p>")
+            body.append(f"<p>{prose(section.text)}</p>")
         if section.table is not None:
             body.append(table_html(section.table))
         if section.notes:
-            body.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
+            body.append("<ul>" + "".join(f"<li>{prose(n)}</li>" for n in section.notes) + "</ul>")
     body += figures
     return page(
         "Comparison",

@@ -381,7 +381,8 @@ USES = """
       FROM {skill_events} WHERE run_id = $1 AND event = 'retrieved'
     UNION ALL SELECT 'tool', tool_id, episode_id, stream_position
       FROM {tool_events} WHERE run_id = $1 AND event IN ('used', 'failed')"""
-"""Every later use of a learnt item: put into a prompt (retrieved, tagged used) or run (a tool)."""
+"""Every later use of a learnt item: put into a prompt (retrieved, tagged used) or run (a tool); the
+learnt page shows whether the episode that used it succeeded."""
 
 EVENT_ORDER = """CASE WHEN event IN ('insert', 'add', 'proposed', 'registered', 'candidate') THEN 0
     WHEN event IN ('edit', 'merge', 'admitted', 'selected') THEN 1 ELSE 2 END"""
@@ -437,10 +438,13 @@ def learnt_state(
         for u in store.rows(
             lambda: (
                 f"""
-        SELECT source, item_id, count(*) AS uses,
-               list(episode_id ORDER BY stream_position)[1:{FIRST_USES}] AS episodes,
-               list(stream_position ORDER BY stream_position)[1:{FIRST_USES}] AS positions
-        FROM ({USES.format(**{t: store.scan(t, dirs) for t in tables})})
+        SELECT source, item_id, count(*) AS uses, count(*) FILTER (WHERE e.success) AS uses_succeeded,
+               list(u.episode_id ORDER BY u.stream_position)[1:{FIRST_USES}] AS episodes,
+               list(u.stream_position ORDER BY u.stream_position)[1:{FIRST_USES}] AS positions,
+               list(coalesce(e.success, false) ORDER BY u.stream_position)[1:{FIRST_USES}] AS successes
+        FROM ({USES.format(**{t: store.scan(t, dirs) for t in tables})}) u
+        LEFT JOIN (SELECT episode_id, success FROM {store.scan("episodes", dirs)} WHERE run_id = $1) e
+          ON e.episode_id = u.episode_id
         WHERE item_id IN (SELECT unnest($2::VARCHAR[])) GROUP BY source, item_id"""
             ),
             [run_id, ids],
@@ -471,10 +475,11 @@ def learnt_state(
     for change in changes:
         used = uses.get((change["source"], change["item_id"]))
         change["uses"] = used["uses"] if used else 0
+        change["uses_succeeded"] = used["uses_succeeded"] if used else 0
         change["used_by"] = (
             [
-                {"episode_id": e, "stream_position": p}
-                for e, p in zip(used["episodes"], used["positions"], strict=True)
+                {"episode_id": e, "stream_position": p, "success": ok}
+                for e, p, ok in zip(used["episodes"], used["positions"], used["successes"], strict=True)
             ]
             if used
             else []

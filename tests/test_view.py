@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from harness import view_queries
@@ -122,13 +123,20 @@ def test_the_runs_page_counts_what_each_run_wrote(sweep):
 
 def test_an_unknown_cost_is_shown_as_unknown_never_summed_as_zero(sweep, tmp_path):
     rows = sweep.rows["baseline"]
-    episodes = [{**e, "cost_usd": None} if e["stream_position"] == 3 else e for e in rows["episodes"]]
-    write_job(tmp_path / "job", (*JOBS["baseline"], *COMMON), 0, {**rows, "episodes": episodes})
+    unpriced = f"{rows['episodes'][0]['run_id']}/3"
+    changed = {table: [{**r, "cost_usd": None} if r.get("episode_id") == unpriced and "cost_usd" in r else r
+                       for r in table_rows] for table, table_rows in rows.items()}
+    write_job(tmp_path / "job", (*JOBS["baseline"], *COMMON), 0, changed)
     server = serve([tmp_path], port=0)
     try:
         (job,) = get_json(url_of(server) + "api/runs")
         assert job["runs"][0]["cost_usd"] is None
         assert "unknown" in get(url_of(server))[1]
+        unknown = sum(c["episode_id"] == unpriced for c in rows["llm_calls"])
+        page = get(url_of(server) + "compare")[1]
+        assert f"<b>Cost unknown for {unknown} of {len(rows['llm_calls'])} model calls</b>" in page
+        assert "Accuracy at matched spend" in page
+        assert "in tokens: the cost of 1 of 8 episodes is unknown" in page
     finally:
         server.shutdown()
 
@@ -197,6 +205,8 @@ def test_what_was_learnt_links_each_item_to_its_writer_its_decisions_and_its_use
         users = [e for e in rows["memory_events"]
                  if e["event"] == "retrieve" and e["memory_id"] == change["item_id"]]
         assert change["uses"] == len(users)
+        succeeded = {e["episode_id"] for e in rows["episodes"] if e["success"]}
+        assert change["uses_succeeded"] == sum(u["episode_id"] in succeeded for u in users)
         assert [u["episode_id"] for u in change["used_by"]] == [
             u["episode_id"] for u in sorted(users, key=lambda u: u["stream_position"])][:10]
         assert [g["accepted"] for g in change["gate"]] == [gate[change["item_id"]]]
@@ -236,6 +246,22 @@ def test_the_comparison_is_the_reports_main_table_on_the_selected_runs(sweep):
 def test_bad_input_gets_a_one_line_page_never_a_traceback(sweep, path, status, says):
     got, body = get(sweep.url + path)
     assert got == status and html.escape(says) in body and "Traceback" not in body
+
+
+def test_tables_written_before_a_column_existed_read_it_as_null(sweep, tmp_path):
+    writer = write_job(tmp_path / "old", (*JOBS["baseline"], *COMMON), 0, sweep.rows["baseline"], close=False)
+    writer.close(compact=False)
+    for part in (tmp_path / "old" / "episodes").glob("*.parquet"):  # as schema 4 wrote them
+        pq.write_table(pq.read_table(part).drop_columns(["cache_read_tokens", "reasoning_tokens"]), part)
+    server = serve([tmp_path], port=0)
+    try:
+        assert get_json(url_of(server) + "api/runs")[0]["runs"][0]["done"] == 8
+        found = get_json(url_of(server) + "api/episodes?success=true")
+        assert found["total"] == sum(e["success"] for e in sweep.rows["baseline"]["episodes"])
+        variants = get_json(url_of(server) + "api/compare")["sections"][0]["rows"]
+        assert variants[0]["episodes"] == 8 and variants[0]["cache_read_share"] is None
+    finally:
+        server.shutdown()
 
 
 def test_a_path_without_tables_is_one_line_on_stderr(tmp_path, capsys):
