@@ -192,7 +192,8 @@ class StrategyMemory(EpisodicMemory):
 
 class ReasoningBankAgent(Agent):
     def __init__(self, context: AgentContext, memory: dict[str, Any] | None = None, max_items: int = 3,
-                 fallback_item: bool = True, matts: Scaling = "none", matts_k: int = 3,
+                 distill_max_tokens: int = 320, fallback_item: bool = True, matts: Scaling = "none",
+                 matts_k: int = 3,
                  matts_temperature: float = 0.7, success_prompt: str | None = None,
                  failure_prompt: str | None = None, contrast_prompt: str | None = None,
                  **kwargs: Any) -> None:
@@ -206,8 +207,9 @@ class ReasoningBankAgent(Agent):
                              "variant.success_prompt, failure_prompt and contrast_prompt")
         if matts not in ("none", "parallel", "sequential"):
             raise ValueError(f"variant.matts must be none, parallel or sequential, got {matts!r}")
-        if matts_k < 2 or max_items < 1 or matts_temperature < 0:
-            raise ValueError("variant.matts_k must be >= 2, max_items >= 1 and matts_temperature >= 0")
+        if matts_k < 2 or max_items < 1 or distill_max_tokens < 1 or matts_temperature < 0:
+            raise ValueError("variant.matts_k must be >= 2, max_items and distill_max_tokens >= 1, "
+                             "matts_temperature >= 0")
         if matts != "none" and kwargs.get("max_attempts", 1) > 1:
             raise ValueError("variant.matts makes matts_k attempts at every task: leave max_attempts at 1")
         for name, prompt, fields in (("success_prompt", success_prompt, ("{question}", "{trajectory}")),
@@ -221,6 +223,7 @@ class ReasoningBankAgent(Agent):
                                    table=context.run_id, **memory)
         self.memory = self.bank  # what the base agent recalls from, shows, snapshots and restores
         self.max_items = max_items
+        self.distill_max_tokens = distill_max_tokens
         self.fallback_item = fallback_item
         self.matts: Scaling = matts
         self.matts_k = matts_k
@@ -274,7 +277,8 @@ class ReasoningBankAgent(Agent):
             template = self.success_prompt if succeeded else self.failure_prompt
             prompt = template.format(question=task.question, trajectory=trajectory(attempts[0]),
                                      max_items=self.max_items)
-        reply = (await self.llm.complete([{"role": "user", "content": prompt}], purpose="distill")).text
+        reply = (await self.llm.complete([{"role": "user", "content": prompt}], purpose="distill",
+                                         max_tokens=self.distill_max_tokens)).text
         items = parse_items(reply)[: self.max_items]
         if not items and self.fallback_item and reply.strip():
             content = " ".join(reply.split())

@@ -3,6 +3,7 @@ the episodic memory, retrieved top-k into later tasks; MaTTS contrasts k attempt
 
 import asyncio
 import json
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -13,6 +14,7 @@ import pytest
 
 from agents.reasoning_bank import BANK_HEADER, REEXAMINE, Strategy, parse_items
 from envs.scienceworld import requirements
+from harness.config import ConfigError
 from harness.gateway import Gateway
 from harness.plan import build_environment, build_plan, episode_ids
 from harness.records import MemoryEventRow, RunRow
@@ -274,3 +276,14 @@ def test_it_runs_on_every_env_with_the_scripted_model(env):
     assert len(run.requests("distill")) == 2 and memory_events(run, "insert")
     assert [e["stream_position"] for e in memory_events(run, "retrieve")] == [1]
     assert BANK_HEADER in question_turn(run, episodes[1]["task_id"])
+
+
+@pytest.mark.parametrize(("override", "says"), [
+    ("variant.memory.mode=examples", "variant.memory.mode must be lessons"),
+    ("variant.matts=beam", "variant.matts must be none, parallel or sequential"),
+    ("variant.matts_k=1", "variant.matts_k must be >= 2"),
+    ("variant.failure_prompt='{question} only'", "variant.failure_prompt must contain {trajectory}"),
+    ("variant.memory=null", "needs a variant.memory section")])
+def test_a_bad_option_is_refused_in_one_line(override, says):
+    with pytest.raises(ConfigError, match=r"^invalid config: variant: ValueError: .*" + re.escape(says)):
+        run_variant("variant=reasoning_bank", "stream.num_tasks=1", override)
