@@ -335,9 +335,12 @@ def memory_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": figures["VmRSS"], "peak_mb": figures["VmHWM"]}
 
 
-def measure(root: Path, run_ids: list[str], episodes_per_job: int, repeats: int = 3) -> list[dict[str, Any]]:
+def measure(
+    root: Path, run_ids: list[str], episodes_per_job: int, repeats: int = 3, compare: bool = True
+) -> list[dict[str, Any]]:
     """Per page: seconds to the first request and the median of `repeats` more, its status, and the
-    viewer's memory after it (now and at its peak so far)."""
+    viewer's memory after it (now and at its peak so far). `compare=False` leaves out the comparison
+    (seconds of importing the report's statistics and plotly, on a small sweep)."""
     pages = [
         ("first page (/)", ""),
         ("episodes list, page 1", "episodes"),
@@ -348,7 +351,9 @@ def measure(root: Path, run_ids: list[str], episodes_per_job: int, repeats: int 
             query = urllib.parse.urlencode({"dir": str(job), "id": f"{run_id}/{position}"})
             pages.append((f"episode {run_id}/{position}", f"episode?{query}"))
     learnt = urllib.parse.urlencode({"dir": "0", "run": run_ids[0]})
-    pages += [(f"learnt {run_ids[0]}", f"learnt?{learnt}"), ("compare (all runs)", "compare")]
+    pages.append((f"learnt {run_ids[0]}", f"learnt?{learnt}"))
+    if compare:
+        pages.append(("compare (all runs)", "compare"))
     results = []
     with viewer(root) as (url, pid):
         results.append({"page": "viewer started", **memory_mb(pid)})

@@ -42,16 +42,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from harness.view_learnt import learnt_page, learnt_state
 from harness.view_pages import (
     compare_page,
     episode_page,
     episodes_page,
-    learnt_page,
     message_page,
     runs_fragment,
     runs_page,
 )
-from harness.view_queries import EpisodeFilter, episode_detail, learnt_state, list_episodes, runs_overview
+from harness.view_queries import EpisodeFilter, episode_detail, list_episodes, runs_overview
 from harness.view_store import BadRequest, Store, TooLarge, ViewError
 
 DEFAULT_PORT = 8000

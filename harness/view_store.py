@@ -26,8 +26,6 @@ import pyarrow.parquet as pq
 from harness.records import TABLES
 from harness.writer import table_files
 
-NOT_RUN_DIRS = {*TABLES, "snapshot_data", "memory", ".hydra"}
-"""Directories inside a run directory that never hold another run: not walked into."""
 MEMORY_LIMIT = "384MB"
 """DuckDB's own cap (spilling to disk past it), well inside the viewer's 1 GB: the rest is Python,
 polars and the page being built."""
@@ -86,7 +84,9 @@ def find_run_dirs(roots: Sequence[Path]) -> list[RunDir]:
                 found.append(RunDir(prefix + relative.replace(os.sep, "/"), Path(directory)))
                 subdirs[:] = []  # a run directory holds no other run
                 continue
-            subdirs[:] = sorted(d for d in subdirs if d not in NOT_RUN_DIRS and not d.startswith("."))
+            # Hidden directories (.hydra, .git) hold no run. Names are not judged otherwise: `outputs/runs/`
+            # holds runs although a table is called `runs`, and below a run nothing is walked anyway.
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
     return sorted(found, key=lambda d: d.key)
 
 
