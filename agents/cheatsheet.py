@@ -72,8 +72,9 @@ HEADINGS: dict[Mode, str] = {
     "retrieval_synthesis": "Cheatsheet (your notes for this task, from earlier ones):"}
 MAX_SOLVERS = 2
 """Solvers in one cheatsheet run per task (each is a sandboxed process of up to `sandbox.wall_s`)."""
-_SOLVER_MEMO = 256
-"""Solver results kept per (code, question): the gate renders the same probe questions each audit."""
+_MEMO = 256
+"""Entries of each memo (question vectors, syntheses, solver results): the gate renders the same probe
+questions at every audit, and must not embed, synthesise or run the sandbox for them again."""
 _TAGGED = re.compile(r"<cheatsheet>(.*?)(?:</cheatsheet>|\Z)", re.DOTALL | re.IGNORECASE)
 _CODE_BLOCKS = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -133,6 +134,13 @@ def _hint(value: str | None) -> str:
     return f"A solver in your cheatsheet returned: {value}"
 
 
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    """Keep a value in a memo of at most _MEMO entries, the oldest dropped first."""
+    memo[key] = value
+    while len(memo) > _MEMO:
+        del memo[next(iter(memo))]
+
+
 class CheatsheetAgent(Agent):
     def __init__(self, context: AgentContext, mode: Mode = "cumulative", max_words: int = 400,
                  top_k: int = 3, capacity: int = 200, accept_untagged: bool = True,
@@ -171,8 +179,8 @@ class CheatsheetAgent(Agent):
         self._screened: dict[str, bool] = {}  # cheatsheet text -> allowed by the retrieval check
         self._shown = ""  # the cheatsheet of the task in progress
         self._hints = ""  # what its solvers returned on the task's question
-        self._question_vector: tuple[str, list[float]] | None = None
-        self._syntheses: dict[tuple[str, tuple[str, ...]], str] = {}  # (question, entry ids) -> sheet
+        self._vectors: dict[str, list[float]] = {}  # question -> embedding
+        self._syntheses: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}  # -> (sheet, cut)
         self._solved: dict[tuple[str, str], str] = {}  # (code digest, question) -> hint
 
     def gated_edits(self) -> tuple[GateKind, ...]:
@@ -228,9 +236,7 @@ class CheatsheetAgent(Agent):
                                        tool_id=f"cheatsheet:{key[0][:12]}", family=task.family,
                                        code=code[:4000], output=result.value[:500] if result.value else None,
                                        error=result.error, isolation=self.sandbox.isolation)
-                self._solved[key] = _hint(result.value) if result.ok else ""
-                while len(self._solved) > _SOLVER_MEMO:
-                    del self._solved[next(iter(self._solved))]
+                _remember(self._solved, key, _hint(result.value) if result.ok else "")
             hints.append(self._solved[key])
         return "\n".join(hint for hint in hints if hint)
 
@@ -308,23 +314,22 @@ class CheatsheetAgent(Agent):
                 max_words=self.max_words)
             reply = (await self.llm.complete([{"role": "user", "content": prompt}], purpose="curate",
                                              max_tokens=self.curate_max_tokens)).text
-            sheet, cut = bounded(parse_cheatsheet(reply, self.accept_untagged) or "", self.max_words)
-            if record and sheet:
-                self._event("edit", "cheatsheet", sheet)
-                if cut:
-                    self._event("prune", "cheatsheet", cut)
-            self._syntheses[key] = sheet
-            while len(self._syntheses) > _SOLVER_MEMO:
-                del self._syntheses[next(iter(self._syntheses))]
-        return self._syntheses[key]
+            _remember(self._syntheses, key,
+                      bounded(parse_cheatsheet(reply, self.accept_untagged) or "", self.max_words))
+        sheet, cut = self._syntheses[key]
+        if record and sheet:
+            self._event("edit", "cheatsheet", sheet)
+            if cut:
+                self._event("prune", "cheatsheet", cut)
+        return sheet
 
     async def _vector(self, question: str) -> list[float]:
-        """The question's embedding; the last one is kept, since a task's is asked for again when
-        it is stored."""
-        if self._question_vector is None or self._question_vector[0] != question:
+        """The question's embedding, once per question (a task's is asked for again when it is
+        stored, a probe's at every audit)."""
+        if question not in self._vectors:
             [vector] = await self.llm.embed([question])
-            self._question_vector = (question, vector)
-        return self._question_vector[1]
+            _remember(self._vectors, question, vector)
+        return self._vectors[question]
 
     # What the gate's probes see -------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ SAMPLE_TASKS = CONF_DIR.parent / "tests" / "data" / "sample_tasks.jsonl"
 SOLVER_24 = '''```python
 def tool(question):
     import re
-import shutil
     numbers = [int(n) for n in re.search("using ([0-9, ]+)", question).group(1).replace(",", " ").split()]
 
     def solve(items):
@@ -178,10 +177,9 @@ def test_a_poisoned_change_is_rejected_by_the_sealed_gate_and_never_shown(mode):
                      ("validate", "no", "POISON"))
     run = run_variant(*mode, "variant.gate=sealed", "variant.probe_size=4", "stream.num_tasks=3",
                       "stream.tuning_size=8", "model.scripted.accuracy=0.5", poisoned)
-    gated = run.rows["gate_events"]
-    assert gated and all(e["kind"] == "bullet" for e in gated)
-    if mode is CUMULATIVE:  # every rewrite brings the poison: each is refused, the cheatsheet stays empty
-        assert not any(e["accepted"] for e in gated) and len(events(run, "rejected")) == 3
+    gated = run.rows["gate_events"]  # DC-Cu: each rewrite; DC-RS: each past task, whose synthesis
+    assert len(gated) == 3 and all(e["kind"] == "bullet" and not e["accepted"] for e in gated)  # is poisoned
+    assert len(events(run, "rejected")) == 3 and not events(run, "add")
     assert all("POISON" not in m["content"] for r in run.requests("act") for m in r.messages)
 
 
@@ -195,6 +193,16 @@ def test_the_safety_check_reads_every_change_and_keeps_an_unsafe_cheatsheet_out_
     if mode is SYNTHESIS:  # past tasks are safe to keep; what is synthesised from them is checked,
         assert stages[("retrieve", "blocked")] == 1  # once per text (both tasks got the same one)
     assert all("delete the files" not in m["content"] for r in run.requests("act") for m in r.messages)
+
+
+def test_it_composes_with_memory_lessons_in_the_question_turn_and_the_cheatsheet_in_the_system_message():
+    run = run_variant(*CUMULATIVE, "stream.num_tasks=3", "variant.memory={mode: lessons}",
+                      rules(("curate", "<cheatsheet>- Reply with the city name only.</cheatsheet>", None),
+                            ("distill", "Check the country twice.", None)))
+    assert {e["event"] for e in run.rows["memory_events"]} >= {"insert", "retrieve"}
+    last = run.requests("act")[-1].messages
+    assert "- Reply with the city name only." in last[0]["content"]
+    assert "Check the country twice." in last[-1]["content"] and "Check the" not in last[0]["content"]
 
 
 REPLAYED = {  # each learns something on most tasks of an 8-task stream, so a lost change would show
@@ -256,7 +264,9 @@ def test_a_run_started_from_a_snapshot_begins_with_the_sources_cheatsheet(mode, 
 
 ENVS = {"countries": [], "reasoning_gym": [], "textworld": [], "tools": [], "safety": [],
         "jsonl": [f"env.path={SAMPLE_TASKS}"], "scienceworld": [],
-        "puzzle24": ["env.datasets=[puzzle24]", "env.size=12"], "countdown": ["env.datasets=[countdown]"]}
+        # the issue's two: `env=reasoning_gym env.datasets=[puzzle24]` and `[countdown]`
+        "puzzle24": ["env.datasets=[puzzle24]", "env.size=12"],
+        "countdown": ["env.datasets=[countdown]", "env.size=12"]}
 
 
 @pytest.mark.parametrize("mode", [CUMULATIVE, SYNTHESIS], ids=["cumulative", "retrieval_synthesis"])
