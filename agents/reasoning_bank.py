@@ -125,7 +125,21 @@ def parse_items(reply: str) -> list[Strategy]:
 
 
 def first_sentence(text: str) -> str:
-    return re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    return sentences(text)[0]
+
+
+def sentences(text: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
+
+
+def unformatted_item(reply: str, succeeded: bool) -> Strategy:
+    """A reply with no readable item, as one: its first three sentences (the format's length for
+    content; a small model's ramble would crowd the question out of later prompts), titled with the
+    first words of the first."""
+    said = sentences(reply)
+    outcome = "successful" if succeeded else "failed"
+    return Strategy(title=" ".join(said[0].split()[:8]), content=" ".join(said[:3]),
+                    description=f"From a {outcome} attempt at a similar task.")
 
 
 def bank_block(texts: list[str]) -> str:
@@ -191,10 +205,11 @@ class StrategyMemory(EpisodicMemory):
 
 
 class ReasoningBankAgent(Agent):
+    """Distils judged attempts into titled strategies, recalls them for similar tasks (module doc)."""
+
     def __init__(self, context: AgentContext, memory: dict[str, Any] | None = None, max_items: int = 3,
                  distill_max_tokens: int = 320, fallback_item: bool = True, matts: Scaling = "none",
-                 matts_k: int = 3,
-                 matts_temperature: float = 0.7, success_prompt: str | None = None,
+                 matts_k: int = 3, matts_temperature: float = 0.7, success_prompt: str | None = None,
                  failure_prompt: str | None = None, contrast_prompt: str | None = None,
                  **kwargs: Any) -> None:
         # null in the yaml: the built-in prompts
@@ -281,10 +296,7 @@ class ReasoningBankAgent(Agent):
                                          max_tokens=self.distill_max_tokens)).text
         items = parse_items(reply)[: self.max_items]
         if not items and self.fallback_item and reply.strip():
-            content = " ".join(reply.split())
-            items = [Strategy(title=" ".join(content.split()[:8]), content=content,
-                              description=f"From a {'successful' if succeeded else 'failed'} attempt at "
-                                          "a similar task.")]
+            items = [unformatted_item(reply, succeeded)]
         importance = 1.0 if succeeded else self.bank.failure_importance
         return [(item, importance) for item in items]
 

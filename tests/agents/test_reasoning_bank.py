@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from agents.reasoning_bank import BANK_HEADER, REEXAMINE, Strategy, parse_items
+from agents.reasoning_bank import BANK_HEADER, REEXAMINE, Strategy, parse_items, unformatted_item
 from envs.scienceworld import requirements
 from harness.config import ConfigError
 from harness.gateway import Gateway
@@ -101,11 +101,14 @@ def test_the_distil_reply_is_read_in_the_papers_markdown_form_and_its_variations
     assert Strategy.parse(parse_items(reply)[0].text) == parse_items(reply)[0]
 
 
-def test_a_reply_without_items_is_kept_whole_unless_fallback_item_is_off():
+def test_a_reply_without_items_is_kept_as_one_unless_fallback_item_is_off():
     kept = run_variant(*BANK, "stream.num_tasks=2")  # the scripted model replies with no item
     [first, _] = memory_events(kept, "insert")
     assert Strategy.parse(first["text"]) == Strategy(
         title=WRONG_ANSWER, content=WRONG_ANSWER, description="From a successful attempt at a similar task.")
+    ramble = unformatted_item("A lesson about many things. Two. Three! Four? Five.", succeeded=False)
+    assert ramble == Strategy(title="A lesson about many things.", content="A lesson about many things. Two. "
+                              "Three!", description="From a failed attempt at a similar task.")
     dropped = run_variant(*BANK, "stream.num_tasks=2", "variant.fallback_item=false")
     assert not memory_events(dropped, "insert") and len(dropped.requests("distill")) == 2
 
