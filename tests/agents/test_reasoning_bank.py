@@ -44,8 +44,9 @@ def memory_events(run, event: str) -> list[dict]:
 
 
 def question_turn(run, task_id: str, attempt: int = 1) -> str:
-    return next(r for r in run.requests("act") if r.task_id == task_id and r.attempt == attempt).messages[-1][
-        "content"]
+    """The user turn of a task's first act call, where retrieved items go before the question."""
+    request = next(r for r in run.requests("act") if r.task_id == task_id and r.attempt == attempt)
+    return request.messages[-1]["content"]
 
 
 @pytest.mark.parametrize(("judge", "distilled_from", "importance"), [
@@ -83,8 +84,8 @@ def test_items_have_a_title_a_description_and_content_and_at_most_max_items_are_
     inserted = memory_events(run, "insert")
     assert len(inserted) == 2 * 4 and all(MemoryEventRow.model_validate(e) for e in inserted)
     assert [Strategy.parse(e["text"]) for e in inserted[:2]] == [
-        Strategy(title="T0", description="D0.", content="C0."), Strategy(title="T1", description="D1.",
-                                                                      content="C1.")]
+        Strategy(title="T0", description="D0.", content="C0."),
+        Strategy(title="T1", description="D1.", content="C1.")]
     assert [e["memory_size"] for e in run.rows["episodes"]] == [2, 4, 6, 8]
 
 
@@ -156,6 +157,9 @@ def test_with_matts_k_attempts_feed_one_distillation(matts):
             said = [a["raw_response"] for a in sorted(own, key=lambda a: a["attempt"])]
             turn = question_turn(run, episode["task_id"], attempt=3)
             assert REEXAMINE.split("\n")[0] in turn and all(f"- {s}" in turn for s in said[:2])
+    if matts == "parallel":  # and the pick mattered: a sampled attempt was right where the greedy was not
+        submitted = {a["episode_id"]: a["attempt"] for a in attempts}  # each episode's last row
+        assert any(number != 1 for number in submitted.values())
     sampled = [r for r in run.requests("act") if r.attempt > 1]
     assert all((r.params.get("temperature") or 0) > 0 for r in sampled) == (matts == "parallel")
 
