@@ -2,7 +2,8 @@
 every request (a sweep in progress adds job directories, a running job adds part files), and each
 table of a chosen set of them as one DuckDB scan over their current Parquet files.
 
-Nothing is loaded ahead of a request. A table is a SQL fragment (`Store.scan`) that reads only the
+Nothing is loaded ahead of a request. A running job's many small part files are read through chunks the
+viewer merges them into (harness/view_parts.py). A table is a SQL fragment (`Store.scan`) that reads only the
 files of the run directories asked for, with every column of the current schema (a column older files
 lack reads as null) and a `run_dir` column naming the directory; DuckDB reads only the columns and
 row groups a query needs.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +26,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.records import TABLES
+from harness.view_parts import PartMerger
 from harness.writer import table_files
 
+COLUMN_CACHE_FILES = 20_000
+"""Files whose columns are remembered before those no longer there (compacted parts) are forgotten."""
 MEMORY_LIMIT = "384MB"
 """DuckDB's own cap (spilling to disk past it), well inside the viewer's 1 GB: the rest is Python,
 polars and the page being built."""
@@ -110,6 +115,8 @@ class Store:
         # are read once; the dictionary only grows by the files the viewer has seen.
         self._columns: dict[Path, frozenset[str]] = {}
         self._lock = threading.Lock()
+        self._merger = PartMerger()
+        weakref.finalize(self, self._merger.close)  # its temporary chunks go with the store
 
     def run_dirs(self, keys: Iterable[str] | None = None) -> list[RunDir]:
         found = find_run_dirs(self.roots)
@@ -128,7 +135,7 @@ class Store:
         schema = TABLES[table].arrow_schema()
         parts = []
         for run_dir in dirs:
-            files = table_files(run_dir.path / table)
+            files = self._merger.files(run_dir.path / table, table_files(run_dir.path / table))
             present = self._present_columns(files)
             columns = [f'"{f.name}"' if f.name in present else null_column(f) for f in schema]
             select = f"SELECT {sql_text(run_dir.key)} AS run_dir, {', '.join(columns)}"
@@ -177,6 +184,8 @@ class Store:
                 except FileNotFoundError:  # compacted away since it was listed: its rows are elsewhere
                     continue
                 with self._lock:
+                    if len(self._columns) >= COLUMN_CACHE_FILES:  # a live run's parts, compacted away since
+                        self._columns = {f: c for f, c in self._columns.items() if f.exists()}
                     self._columns[file] = known
             present |= known
         return frozenset(present)

@@ -21,13 +21,15 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from harness import view_queries
+from harness import view_parts, view_queries
 from harness.bench_view import generate, measure
 from harness.plan import build_plan
 from harness.records import RunRow
 from harness.report import main_table
 from harness.summary import label_runs, read_tables
 from harness.view import main, serve, url_of
+from harness.view_queries import EpisodeFilter, list_episodes, runs_overview
+from harness.view_store import Store
 from harness.writer import TableWriter
 from tests.conftest import run_variant, scripted_settings
 
@@ -327,6 +329,27 @@ def test_the_bench_writes_a_sweep_the_harness_reads_and_measures_every_page(tmp_
     pages = [r for r in results if "status" in r]
     assert [r["status"] for r in pages] == [200] * len(pages) and len(pages) == 10
     assert all(0 < r["first_s"] < 30 for r in pages) and 0 < max(r["peak_mb"] for r in results) < 1024
+
+
+def test_a_running_jobs_many_part_files_are_read_through_the_viewers_chunks(sweep, tmp_path, monkeypatch):
+    monkeypatch.setattr(view_parts, "CHUNK_PARTS", 3)
+    rows = sweep.rows["baseline"]
+    writer = write_job(tmp_path / "0", (*JOBS["baseline"], *COMMON), 0, {}, status="running", close=False)
+    for episode in rows["episodes"]:  # one part per table and episode, as a slow job flushes them
+        writer.append_many({t: [r for r in rs if r.get("episode_id") == episode["episode_id"]]
+                            for t, rs in rows.items()})
+        writer.flush()
+    store = Store([tmp_path])
+    parts = sorted((tmp_path / "0" / "episodes").glob("*.parquet"))
+    assert len(parts) == 8
+    scan = store.scan("episodes", store.run_dirs())
+    assert [str(p) in scan for p in parts] == [False] * 6 + [True] * 2  # 2 chunks of 3, 2 parts as they are
+    assert runs_overview(store)[0]["runs"][0]["done"] == 8
+    writer.close()  # the job's own compaction replaces the parts: the chunks are dropped
+    (compacted,) = (tmp_path / "0" / "episodes").glob("*.parquet")
+    assert str(compacted) in store.scan("episodes", store.run_dirs())
+    assert runs_overview(store)[0]["runs"][0]["done"] == 8
+    assert list_episodes(store, EpisodeFilter())["total"] == 8
 
 
 # In a real browser --------------------------------------------------------------------------------
