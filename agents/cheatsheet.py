@@ -218,7 +218,7 @@ class CheatsheetAgent(Agent):
         if self.guard.safety is None:
             return True
         if sheet not in self._screened:
-            self._screened[sheet] = await self.guard.screen("bullet", "cheatsheet", sheet)
+            _remember(self._screened, sheet, await self.guard.screen("bullet", "cheatsheet", sheet))
         return self._screened[sheet]
 
     async def _solver_hints(self, sheet: str, task: TaskView, record: bool) -> str:
