@@ -11,8 +11,10 @@ in a process of its own and measures, over HTTP:
   middle and end of each job's stream;
 - one agent run's learnt state (`/learnt`), and the comparison of every run (`/compare`);
 - the viewer's peak resident memory (VmHWM) after all of them.
-Prints one row per page and whether the targets hold (any page of those within 1 s, the viewer under
-1 GB). `measure(root)` is what a test can call on a small sweep.
+With `--live-parts N`, each job's growing tables are first split into N part files (a job still
+writing, before its compaction). Prints one row per page and whether the targets hold (the first
+page and any single episode within 1 s, the viewer under 1 GB). `measure(root)` is what a test can
+call on a small sweep.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import pyarrow.parquet as pq
 from harness.records import COMPRESSION, TABLES
 from harness.writer import COMPACTED, ROW_GROUP_ROWS
 
+LIVE_TABLES = ("episodes", "llm_calls", "transcripts", "memory_events")
+"""The tables that grow with every episode: a running job's are many part files."""
 TARGET_S = 1.0
 TARGET_RSS_MB = 1024
 PURPOSES = ("act", "distill", "embed", "safety", "validate")
@@ -297,6 +301,25 @@ def missing_column(field: pa.Field, length: int) -> pa.Array:
     return pa.array([zero.as_py()] * length, field.type)
 
 
+def split_into_parts(root: Path, parts: int, tables: tuple[str, ...] = LIVE_TABLES) -> None:
+    """Each job's `tables` as `parts` part files, its manifest `running`: a job as the viewer sees it
+    while it writes (one part per flush), before its compaction."""
+    for manifest in root.glob("*/manifest.json"):
+        directory = manifest.parent
+        for table in tables:
+            (merged,) = (directory / table).glob("*.parquet")
+            rows = pq.read_table(merged)
+            size = max(1, -(-rows.num_rows // parts))
+            for start in range(0, rows.num_rows, size):
+                pq.write_table(
+                    rows.slice(start, size),
+                    directory / table / f"part-live-{start:09d}.parquet",
+                    compression=COMPRESSION,
+                )
+            merged.unlink()
+        manifest.write_text(manifest.read_text().replace('"finished"', '"running"'))
+
+
 @contextmanager
 def viewer(root: Path) -> Iterator[tuple[str, int]]:
     """The viewer in a process of its own (its memory is its own): its URL and pid."""
@@ -377,6 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="where to write the sweep (default: a temporary directory, removed after)",
     )
+    parser.add_argument(
+        "--live-parts",
+        type=int,
+        default=0,
+        help="split each job's growing tables into this "
+        "many part files, as a job still writing leaves them (default 0: finished jobs)",
+    )
     args = parser.parse_args(argv)
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-view-"))
     try:
@@ -390,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({size:.0f} MB of Parquet) in {time.perf_counter() - started:.0f} s",
             flush=True,
         )
+        if args.live_parts:
+            split_into_parts(root, args.live_parts)
+            print(f"split {', '.join(LIVE_TABLES)} of each job into {args.live_parts} part files", flush=True)
         results = measure(root, written["run_ids"], written["episodes"] // args.jobs)
     finally:
         if args.dir is None:

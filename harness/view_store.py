@@ -115,7 +115,7 @@ class Store:
         # are read once; the dictionary only grows by the files the viewer has seen.
         self._columns: dict[Path, frozenset[str]] = {}
         self._lock = threading.Lock()
-        self._merger = PartMerger()
+        self._merger = PartMerger(self._database)
         weakref.finalize(self, self._merger.close)  # its temporary chunks go with the store
 
     def run_dirs(self, keys: Iterable[str] | None = None) -> list[RunDir]:
