@@ -9,6 +9,7 @@ import html
 import json
 import os
 import shutil
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -370,17 +371,22 @@ def browser():
         try:
             launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
         except Exception as error:  # no browser at all: apt-get install chromium (see .ci/run)
-            pytest.skip(f"no chromium to drive ({type(error).__name__}: {str(error).splitlines()[0]})")
+            pytest.skip(f"no chromium to drive: apt-get install -y chromium (.ci/run does) "
+                        f"({type(error).__name__}: {str(error).splitlines()[0]})")
         yield launched
         launched.close()
 
 
+SCREENSHOTS = Path(os.environ.get("HARNESS_VIEW_SCREENSHOTS")
+                   or Path(tempfile.gettempdir()) / "harness-view-screenshots" / "tests")
+"""Where the browser tests leave a screenshot of each page (printed; shown with `pytest -s`)."""
+
+
 @pytest.fixture(scope="module")
-def screenshots(tmp_path_factory) -> Path:
-    where = Path(os.environ.get("HARNESS_VIEW_SCREENSHOTS") or tmp_path_factory.mktemp("view-screenshots"))
-    where.mkdir(parents=True, exist_ok=True)
-    print(f"\nviewer screenshots: {where}")
-    return where
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    print(f"\nviewer screenshots: {SCREENSHOTS}")
+    return SCREENSHOTS
 
 
 class Tab:
