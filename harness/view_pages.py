@@ -279,6 +279,14 @@ def episodes_page(found: dict[str, Any], reports: Sequence[tuple[str, str]]) -> 
     return page("Episodes", body, reports)
 
 
+def pretty_json(raw: str) -> str:
+    """JSON text indented; as it is when it is not JSON (a model's malformed arguments)."""
+    try:
+        return json.dumps(json.loads(raw), indent=1)
+    except ValueError:
+        return raw
+
+
 def messages_html(raw: str | None) -> str:
     """A call's input: each chat message with its role, or the texts of an embedding call."""
     if raw is None:
@@ -314,7 +322,7 @@ def call_html(call: dict[str, Any]) -> str:
     )
     error = f'<p class="bad">{escape(call["error"])}</p>' if call["error"] else ""
     tools = (
-        f"<b>tool calls</b><pre>{html.escape(json.dumps(json.loads(call['tool_calls']), indent=1))}</pre>"
+        f"<b>tool calls</b><pre>{html.escape(pretty_json(call['tool_calls']))}</pre>"
         if call["tool_calls"]
         else ""
     )

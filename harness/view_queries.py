@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+from urllib.parse import urlencode
 
 import polars as pl
 
@@ -183,12 +184,9 @@ class EpisodeFilter:
         return " AND ".join(conditions), parameters
 
     def query_string(self, **changes: Any) -> str:
-        from urllib.parse import urlencode
-
-        values = {
-            k: v for k, v in {**asdict(self), **changes}.items() if v not in ("", None, 1) or k == "seed"
-        }
-        return urlencode({k: v for k, v in values.items() if v != ""})
+        """This filter as a query string, with `changes` (another page): only the filters that are set."""
+        values = {**asdict(self), **changes}
+        return urlencode({k: v for k, v in values.items() if v != "" and not (k == "page" and v == 1)})
 
 
 EPISODE_LIST_COLUMNS = (

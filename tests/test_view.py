@@ -171,6 +171,23 @@ def test_episodes_are_paginated_in_stream_order(sweep, monkeypatch):
     assert len(set(ids)) == 24
     first = [r for r in pages[0]["rows"] if r["run_dir"] == "0"]
     assert [r["stream_position"] for r in first] == list(range(8))
+    status, html_page = get(sweep.url + "episodes?family=capital&error=no")
+    next_page = 'href="/episodes?family=capital&amp;error=no&amp;page=2" id="next"'
+    assert status == 200 and next_page in html_page
+
+
+def test_a_reply_with_malformed_tool_calls_is_shown_as_written(sweep, tmp_path):
+    rows = sweep.rows["baseline"]
+    episode_id = rows["episodes"][0]["episode_id"]
+    transcripts = [{**t, "tool_calls": "[{not json"} if t["episode_id"] == episode_id else t
+                   for t in rows["transcripts"]]
+    write_job(tmp_path / "0", (*JOBS["baseline"], *COMMON), 0, {**rows, "transcripts": transcripts})
+    server = serve([tmp_path], port=0)
+    try:
+        status, page = get(url_of(server) + f"episode?dir=0&id={urllib.request.quote(episode_id)}")
+        assert status == 200 and "[{not json" in page
+    finally:
+        server.shutdown()
 
 
 def test_one_episode_shows_every_call_with_its_transcript_and_the_memory_it_used(sweep):
