@@ -50,6 +50,7 @@ class Agent(agent_api.Agent):
         self.guard = context.guard
         self.recorder = context.recorder
         self.seed = context.seed
+        self.repeat = context.repeat
         self.attempt = 0
         """Number of the attempt in progress (1-based), for variants that vary their sampling."""
         self.system_prompt = system_prompt
@@ -139,8 +140,9 @@ class Agent(agent_api.Agent):
 
     def sampling(self, temperature: float, draw: int = 0) -> dict[str, float | int]:
         """Completion parameters for a sampled (not greedy) call that replays exactly: the provider's
-        `seed` is derived from the agent run's seed, the attempt and the draw."""
-        return {"temperature": temperature, "seed": self.seed * 1_000_003 + self.attempt * 1_009 + draw}
+        `seed` is derived from the agent run's seed, the attempt, the draw and the repeat."""
+        seed = self.seed * 1_000_003 + self.attempt * 1_009 + draw + self.repeat * 7_919_999
+        return {"temperature": temperature, "seed": seed}
 
     def messages_for(self, observation: str, system_prompt: str | None = None, task_context: str = "",
                      lessons: str | None = None, examples: list[Message] | None = None) -> list[Message]:

@@ -235,6 +235,8 @@ class AgentContext:
 
     llm: ModelClient
     seed: int = 0
+    repeat: int = 0
+    """Which repeat of its agent run (stream.repeats): its sampled calls draw their own seeds."""
     run_id: str = "agent"
     workdir: Path = Path(".")
     guard: Guard = field(default_factory=Guard)

@@ -84,7 +84,8 @@ def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None 
     safety = (_configured(SafetyChecker, llm, options.safety, recorder=recorder)
               if options.safety is not None else None)
     guard = Guard(safety=safety)
-    context = AgentContext(llm=llm, seed=spec.seed, run_id=spec.run_id, workdir=Path(spec.workdir),
+    context = AgentContext(llm=llm, seed=spec.seed, repeat=spec.repeat, run_id=spec.run_id,
+                           workdir=Path(spec.workdir),
                            guard=guard, recorder=recorder, judge=judge)
     agent: Agent = instantiate_component(own, "variant", Agent, context=context)
     if options.gate == "sealed" and not agent.gated_edits():

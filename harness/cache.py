@@ -45,6 +45,8 @@ def cacheable(request: CallRequest) -> bool:
 def request_key(settings: EndpointSettings, request: CallRequest) -> str:
     identity: dict[str, Any] = {"model": settings.name, "kind": request.kind, "messages": request.messages,
                                 "texts": request.texts, "params": request.params}
+    if request.cache_scope:  # else the key a run without repeats has always had
+        identity["scope"] = request.cache_scope
     if isinstance(settings, ModelSettings):
         if settings.scripted is not None:  # its rules may answer by purpose
             identity["scripted"] = settings.scripted.model_dump()

@@ -3,7 +3,9 @@
 Both work on the report's episodes frame and its grouping keys (variant, the env / scenario /
 model when they vary, the settings label). Episodes pair on (seed, order_seed, stream_position)
 within the same env, scenario and model: runs that share a seed see the same tasks in the same
-order, which is checked task by task before anything is paired.
+order, which is checked task by task before anything is paired. Where runs were repeated
+(stream.repeats) they pair repeat by repeat, and each difference is shown beside the noise floor:
+the test-retest flip rate of the two groups (`noise_floor`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from harness.costs import total_cost
-from harness.stats import holm, mcnemar_exact, pairs_needed, stratified_bootstrap_ci
+from harness.stats import bootstrap_ci, holm, mcnemar_exact, pairs_needed, stratified_bootstrap_ci
 
 PAIR_KEYS = ["seed", "order_seed", "stream_position"]
 NOT_CONTEXT = ("variant", "settings")
@@ -39,17 +41,56 @@ def labelled(episodes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return stream.with_columns(group=label)
 
 
+def pair_keys(episodes: pl.DataFrame) -> list[str]:
+    """Episodes pair on seed, order and position, and where runs were repeated (stream.repeats) on
+    the repeat too: repeat r of one group with repeat r of the other."""
+    return [*PAIR_KEYS, "repeat"] if "repeat" in episodes.columns else PAIR_KEYS
+
+
+def flips(episodes: pl.DataFrame) -> pl.DataFrame:
+    """One row per task (seed, order, position) run in several repeats of the same agent run:
+    `flipped` when its verdict differs between repeats."""
+    if "repeat" not in episodes.columns:
+        return pl.DataFrame()
+    per_task = episodes.group_by(PAIR_KEYS).agg(repeats=pl.col("repeat").n_unique(),
+                                                flipped=pl.col("success").n_unique() > 1)
+    return per_task.filter(pl.col("repeats") > 1)
+
+
+def noise_floor(episodes: pl.DataFrame, keys: list[str], seed: int = 0) -> pl.DataFrame:
+    """Per group with repeated runs: the test-retest flip rate (the share of tasks whose verdict
+    differs between identical runs) with a 95% bootstrap CI over tasks. A difference between two
+    groups smaller than their flip rates is within the noise of running either twice."""
+    rows = []
+    for values, frame in labelled(episodes, keys).group_by(keys, maintain_order=True):
+        tasks = flips(frame)
+        if tasks.is_empty():
+            continue
+        flipped = tasks["flipped"].cast(pl.Float64).to_numpy()
+        low, high = bootstrap_ci(flipped, seed=seed)
+        rows.append({**dict(zip(keys, values, strict=True)), "repeats": int(tasks["repeats"].max()),
+                     "tasks": tasks.height, "flip_rate": float(flipped.mean()), "ci_low": low,
+                     "ci_high": high})
+    return pl.DataFrame(rows) if rows else pl.DataFrame()
+
+
+def _flip_rate(frame: pl.DataFrame) -> float | None:
+    tasks = flips(frame)
+    return None if tasks.is_empty() else float(tasks["flipped"].mean())
+
+
 def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
     """The two groups' episodes side by side (`ref`, `cand` successes, `seed`), or why they cannot
     be paired: different tasks at the same seed, order and position, or nothing in common."""
-    columns = [*PAIR_KEYS, "task_id", "success"]
-    joined = reference.select(columns).unique(PAIR_KEYS, keep="first").join(
-        candidate.select(columns).unique(PAIR_KEYS, keep="first"), on=PAIR_KEYS, suffix="_cand")
+    keys = pair_keys(reference) if "repeat" in candidate.columns else PAIR_KEYS
+    columns = [*keys, "task_id", "success"]
+    joined = reference.select(columns).unique(keys, keep="first").join(
+        candidate.select(columns).unique(keys, keep="first"), on=keys, suffix="_cand")
     if joined.is_empty():
         return None, "no seed, order and position in common"
     differ = joined.filter(pl.col("task_id") != pl.col("task_id_cand"))
     if not differ.is_empty():
-        first = differ.sort(PAIR_KEYS).row(0, named=True)
+        first = differ.sort(keys).row(0, named=True)
         return None, (f"they saw different tasks ({differ.height} positions, first at seed {first['seed']} "
                       f"position {first['stream_position']}: {first['task_id']} vs {first['task_id_cand']})")
     return joined.select("seed", "order_seed", ref="success", cand="success_cand"), None
@@ -81,11 +122,14 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
         for group in groups:
             if group == references[0]:
                 continue
-            pairs, why = pair(ref_frame, frame.filter(pl.col("group") == group))
+            candidate = frame.filter(pl.col("group") == group)
+            pairs, why = pair(ref_frame, candidate)
             if pairs is None:
                 notes.append(f"{group} vs {references[0]}: not paired, {why}")
                 continue
-            rows.append(_comparison(group, references[0], pairs, seed))
+            floors = [f for f in (_flip_rate(ref_frame), _flip_rate(candidate)) if f is not None]
+            rows.append({**_comparison(group, references[0], pairs, seed),
+                         "noise_floor": max(floors) if floors else None})
     table = pl.DataFrame(rows).sort("group") if rows else pl.DataFrame()
     plans: list[str] = []
     if rows:

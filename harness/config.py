@@ -263,6 +263,8 @@ class StreamSettings(_Strict):
     probe_every: int = Field(ge=0)
     probe_size: int = Field(gt=0)
     snapshot_every: int = Field(ge=0)
+    repeats: int = Field(default=1, ge=1)
+    """Times each agent run is run on the same tasks in the same order (the noise floor)."""
 
     @field_validator("scenario")
     @classmethod

@@ -180,7 +180,7 @@ def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -
     """A `runs` row for each agent run not already described there (a resume adds none)."""
     known = set(read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list())
     return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
-                   scenario=s.scenario, model=s.model, job=identity.number,
+                   repeat=s.repeat, scenario=s.scenario, model=s.model, job=identity.number,
                    overrides=" ".join(identity.overrides),
                    model_params=json.dumps(s.model_params, sort_keys=True, default=str),
                    settings=json.dumps(s.settings, sort_keys=True),

@@ -46,6 +46,9 @@ class CallRequest(BaseModel):
     params: dict[str, Any] = {}
     cache: CacheSettings | None = None
     """The run's own cache settings (a sweep's runs differ); None: the gateway's default."""
+    cache_scope: str = ""
+    """Answers are reused only within one scope: a repeat of a run (stream.repeats) never gets
+    another repeat's cached answer. Never sent to the model."""
     run_in_flight: int = 0
     """Calls of the same run already in flight when this one was admitted (see LLMCall)."""
 
@@ -98,8 +101,10 @@ class AgentModelClient:
                  model_endpoint: str | None = None, embedder_endpoint: str | None = None,
                  budget: BudgetSettings | None = None, cache: CacheSettings | None = None,
                  transcripts: bool = False, function_calling: bool = False,
-                 refused_params: tuple[str, ...] = (), mark_cache: bool = False) -> None:
+                 refused_params: tuple[str, ...] = (), mark_cache: bool = False,
+                 cache_scope: str = "") -> None:
         self.gateway = gateway
+        self.cache_scope = cache_scope
         self.mark_cache = mark_cache
         self.refused_params = set(refused_params)
         """Never sent: the model refuses them (harness.preflight.check_params)."""
@@ -146,6 +151,7 @@ class AgentModelClient:
         if self.mark_cache:
             messages = cache_marked(messages)
         request = CallRequest(model=self.model, endpoint=self.model_endpoint, messages=messages,
+                              cache_scope=self.cache_scope,
                               purpose=purpose, run_id=self.run_id, episode_id=self.episode_id,
                               task_id=self.task_id, attempt=self.attempt, cache=self.cache,
                               params={key: value for key, value in {**self.default_params, **params}.items()
@@ -159,6 +165,7 @@ class AgentModelClient:
         if self.embedder is None:
             raise RuntimeError("this run has no embedder configured")
         request = CallRequest(kind="embed", model=self.embedder, endpoint=self.embedder_endpoint, texts=texts,
+                              cache_scope=self.cache_scope,
                               purpose="embed", run_id=self.run_id, episode_id=self.episode_id,
                               task_id=self.task_id, attempt=self.attempt, cache=self.cache)
         result = await self._call(request)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ class AgentRunSpec(BaseModel):
     """Environment variables to blank out of transcripts besides those named like keys."""
     settings: dict[str, Any] = {}
     """Every behaviour-relevant setting, flattened (see `behaviour_settings`); the run id hashes it."""
+    repeat: int = 0
+    """Which repeat of its agent run this is (stream.repeats): 0 for the first; the same tasks in the
+    same order, its own sampling seed and response-cache scope."""
     finished: list[str] = []
     """Episode ids already written by an earlier, interrupted run of this job (resume replays them
     without writing them again)."""
@@ -93,8 +97,9 @@ Ray is used, progress bars, and the cache's location (answers are the same with 
 cache's billing policy is in, since it changes what a budget buys."""
 
 
-OUTPUT_ONLY = ("stream.snapshot_every",)
-"""Settings of a behaviour group that only decide what is saved: not part of a run's identity."""
+OUTPUT_ONLY = ("stream.snapshot_every", "stream.repeats")
+"""Settings of a behaviour group that only decide what is saved, or how many times a run is made
+(each repeat has its own identity): not part of a run's identity."""
 
 PACING = ("max_concurrency", "requests_per_minute")
 """Endpoint settings that pace calls without changing any answer: not part of a run's identity."""
@@ -264,12 +269,16 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     start_from = variant_cfg.pop("start_from", None)
     for seed in settings.seeds:
         task_set = sample_tasks(pool, wanted, seed)
-        for order_seed in stream.order_seeds or [seed]:
-            identity = {**behaviour, "seed": seed, "order_seed": order_seed}
+        for order_seed, repeat in itertools.product(stream.order_seeds or [seed], range(stream.repeats)):
+            # A first repeat keeps the id a run without repeats has (and so its resume and snapshots).
+            again = {"repeat": repeat} if repeat else {}
+            identity = {**behaviour, "seed": seed, "order_seed": order_seed, **again}
             digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
             source = find_snapshot(start_from, seed, order_seed) if start_from else None
+            suffix = f"-r{repeat}" if repeat else ""
             specs.append(AgentRunSpec(
-                run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-o{order_seed}-{digest}",
+                run_id=f"{settings.variant.name}-{settings.env.name}-s{seed}-o{order_seed}{suffix}-{digest}",
+                repeat=repeat,
                 variant=settings.variant.name, variant_cfg=variant_cfg, seed=seed,
                 env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
                 tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,

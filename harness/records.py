@@ -216,6 +216,9 @@ class Episode(Record):
     """Stream scenario: sequential, interleaved or isolated (a fresh agent for every task)."""
     order_seed: int
     """Seed of the stream's order (the run's seed unless stream.order_seeds lists several)."""
+    repeat: int = 0
+    """Which repeat of the agent run (stream.repeats): the same tasks in the same order, its own
+    sampling seed and response-cache scope; 0 for the first (and only, without repeats)."""
     stream_position: int
     """0-based position of the task in this agent run's stream (for a probe: the task it followed)."""
     probe: bool
@@ -657,6 +660,8 @@ class RunRow(Record):
     """Seed: picks the run's tasks (and their order unless order seeds are given)."""
     order_seed: int
     """Seed of the task order."""
+    repeat: int = 0
+    """Which repeat of the agent run (stream.repeats); 0 for the first."""
     scenario: str
     """Stream scenario: sequential, interleaved or isolated."""
     model: str

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from harness.compare import evolution_metrics, paired_comparisons
+from harness.compare import evolution_metrics, noise_floor, paired_comparisons
 from harness.costs import known_sum, total_cost
 from harness.records import PURPOSES, TABLES
 from harness.report_html import write_html
@@ -278,9 +278,11 @@ def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
     comparisons = paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference)
     table = None
     if not comparisons.table.is_empty():
+        measured = comparisons.table["noise_floor"].null_count() < comparisons.table.height
+        floor = ["noise_floor"] if measured else []
         table = comparisons.table.select(
             "group", "reference", "pairs", "seeds", "reference_rate", "rate", "difference", "ci_low",
-            "ci_high", "gained", "lost", "p_value", "p_holm", "resolved")
+            "ci_high", *floor, "gained", "lost", "p_value", "p_holm", "resolved")
     return Section(
         f"Paired differences against {reference}",
         "Each group against the reference on the same tasks in the same order (episodes paired on seed, "
@@ -289,8 +291,23 @@ def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
         "tasks only the group / only the reference solved; exact McNemar p-value, Holm-adjusted across "
         "the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0. Under the table, for each "
         "row: the paired episodes a McNemar test needs to resolve a difference of the observed size with "
-        "the observed discordance (80% power, 5% two-sided).",
+        "the observed discordance (80% power, 5% two-sided). Where runs were repeated (stream.repeats) "
+        "episodes also pair on the repeat, and `noise_floor` is the larger test-retest flip rate of the "
+        "two groups: a difference below it is within the noise of running either twice.",
         table, [*comparisons.notes, *comparisons.plans])
+
+
+def noise_section(learning: pl.DataFrame) -> Section | None:
+    """The test-retest noise floor of each group with repeated runs (stream.repeats), if any."""
+    floors = noise_floor(learning, group_keys(learning, REPORT_GROUPS))
+    if floors.is_empty():
+        return None
+    return Section("Noise floor: test-retest flip rate",
+                   "Each group's agent runs were repeated on the same tasks in the same order "
+                   "(stream.repeats), each repeat with its own sampling seed and never answered from another "
+                   "repeat's cache. `flip_rate`: the share of tasks whose verdict differed between repeats, "
+                   "with a 95% bootstrap CI over tasks. With greedy decoding on a deterministic model it is "
+                   "0; a provider's nondeterminism or sampling raises it.", floors)
 
 
 def metrics_section(learning: pl.DataFrame) -> Section:
@@ -442,7 +459,8 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
         learning = episodes
     views = snapshot_views_table(episodes)
     sections = [variants_section(episodes, table), *matched_sections(learning),
-                paired_section(episodes, reference), metrics_section(learning)]
+                paired_section(episodes, reference),
+                *[s for s in (noise_section(learning),) if s is not None], metrics_section(learning)]
     if views is not None:
         sections.append(Section(
             "Snapshots on held-out views", "Snapshots evaluated frozen (python -m harness.evaluate): `id` "

@@ -150,7 +150,8 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                            embedder=spec.embedder, model_endpoint=spec.model_endpoint,
                            embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
                            transcripts=spec.transcripts, function_calling=function_calling,
-                           refused_params=spec.refused_params, mark_cache=spec.mark_cache)
+                           refused_params=spec.refused_params, mark_cache=spec.mark_cache,
+                           cache_scope=f"repeat-{spec.repeat}" if spec.repeat else "")
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     recorder = Recorder()
     options = split_options(spec.variant_cfg)[1]
@@ -288,7 +289,8 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
     overhead = _sum_usage([c for c in calls if c.purpose != "act"])
     return Episode(
         episode_id=episode_id, run_id=spec.run_id, variant=spec.variant, seed=spec.seed, env=spec.env,
-        family=task.family, scenario=spec.scenario, order_seed=spec.order_seed, stream_position=position,
+        family=task.family, scenario=spec.scenario, order_seed=spec.order_seed, repeat=spec.repeat,
+        stream_position=position,
         probe=probe, attempted=True, task_id=task.task_id,
         question=task.question, reference=task.answer,
         response=final.response if final else None, success=final.success if final else False,

@@ -161,7 +161,9 @@ def test_help_describes_the_harness():
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert text.startswith("harness: a Ray-based benchmark harness for self-evolving LLM agents")
-    assert "variant: baseline, best_of_k, memory" in text and "model: litellm, scripted, smollm2" in text
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    variants = ", ".join(sorted(p.stem for p in (conf / "variant").glob("*.yaml")))
+    assert f"variant: {variants}" in text and "model: litellm, scripted, smollm2" in text
     for needle in ("== Useful overrides ==", "model=scripted", "-m model.scripted.accuracy=0.2,0.9",
                    "outputs/runs/DATE/TIME/", "hydra.run.dir=DIR", "python -m harness.report DIR",
                    "python -m harness.evaluate DIR", "variant.start_from=DIR@final"):

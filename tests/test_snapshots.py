@@ -23,7 +23,8 @@ def written(run, directory: Path) -> Path:
         writer.append(table, rows)
     first = run.rows["episodes"][0]
     writer.append("runs", [{"run_id": first["run_id"], "variant": first["variant"], "env": "countries",
-                            "seed": 0, "order_seed": 0, "scenario": "sequential", "model": "scripted/oracle",
+                            "seed": 0, "order_seed": 0, "repeat": 0, "scenario": "sequential",
+                            "model": "scripted/oracle",
                             "job": None, "overrides": "", "model_params": "{}", "settings": "{}",
                             "started_at": first["started_at"]}])
     writer.close()
