@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -110,7 +111,11 @@ class Store:
     def __init__(self, roots: Sequence[Path], threads: int = 2) -> None:
         check_roots(roots)
         self.roots = [Path(r).resolve() for r in roots]
-        self._database = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": threads})
+        # DuckDB spills into `.tmp` under the working directory unless told otherwise: never the
+        # user's checkout or run directory.
+        self._spill = tempfile.TemporaryDirectory(prefix="harness-view-")
+        self._database = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": threads,
+                                                "temp_directory": self._spill.name})
         # A closed part file never changes (the writer renames it into place once), so its columns
         # are read once; the dictionary only grows by the files the viewer has seen.
         self._columns: dict[Path, frozenset[str]] = {}
