@@ -123,6 +123,8 @@ def _watch(settings: HarnessConfig, refs: list[ray.ObjectRef], session: JobSessi
               desc=f"setting up {settings.env.name}") as bar:
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+            if session.pool.stopping.is_set():
+                raise SweepStopping()
             check_alive(session.servers, session.resume_hint)
             _vital("the model limits actor", limits.__ray_ready__.remote(), session)
             counts = _vital("the writer actor", writer.poll(), session)
@@ -188,6 +190,12 @@ def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -
             for s in specs if s.run_id not in known]
 
 
+class SweepStopping(KeyboardInterrupt):
+    """The sweep this job belongs to is stopping (Ctrl-C, a signal, its model server died): its
+    launcher says why, once; the job stops its runs, flushes its writer and ends interrupted,
+    quietly (harness.manifest records it as interrupted)."""
+
+
 def _vital(what: str, ref: ray.ObjectRef, session: JobSession) -> Any:
     """`ray.get` of something the run cannot do without; if its actor died, stop the run with one
     line saying what died (or that the disk is full, and where) and how to resume."""
@@ -195,6 +203,8 @@ def _vital(what: str, ref: ray.ObjectRef, session: JobSession) -> Any:
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as error:
+        if session.pool.stopping.is_set():
+            raise SweepStopping() from None
         cause = root_cause(error)
         if is_disk_full(error):
             raise disk_full(session.run_dir, cause).with_hint(resume_hint) from None

@@ -46,6 +46,9 @@ class AgentPool:
     workers: list[ray.actor.ActorHandle]
     servers: tuple[LocalModelServer, ...]
     """Local model servers the pool started, watched by whoever waits on the pool's jobs."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set when whoever started the pool is stopping it: its jobs' threads then end without
+    reporting the actors it kills as failures."""
     _load: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

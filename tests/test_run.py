@@ -129,6 +129,26 @@ def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
     assert set(episodes) <= set(calls)  # no episode row without its calls
 
 
+def test_ctrl_c_on_a_sweep_says_so_once_and_marks_every_job_interrupted(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness", "-m", "seed=0,1", "model=scripted", "model.scripted.latency_s=0.1",
+         "embedder=hashing", "cache.enabled=false", "stream.num_tasks=200", "progress=false",
+         "ray.include_dashboard=false", "output.flush_interval_s=0.2", f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 180
+    while len(list(tmp_path.glob("*/episodes/*.parquet"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=90)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "died" not in stderr and "failed" not in stderr, stderr[-2000:]  # its own actors, killed by it
+    for job in ("0", "1"):
+        manifest = json.loads((tmp_path / job / "manifest.json").read_text())
+        assert manifest["status"] == "interrupted"
+        assert 0 < manifest["tables"]["episodes"] < 200
+
+
 def test_a_sweep_whose_jobs_all_fail_says_so_and_points_at_no_tables(tmp_path):
     result = harness_cli("-m", "stream.num_tasks=100000,200000", "model=scripted", "embedder=hashing",
                          "progress=false", "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}",

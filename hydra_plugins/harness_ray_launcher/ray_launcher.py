@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # the harness itself loads only when a sweep starts, not when
 log = logging.getLogger(__name__)
 
 
+STOP_WAIT_S = 120
+"""How long a stopping sweep waits for its jobs to flush what their writers hold."""
+
+
 @dataclass
 class RayLauncherConf:
     _target_: str = "hydra_plugins.harness_ray_launcher.ray_launcher.RayLauncher"
@@ -175,6 +179,11 @@ class RayLauncher(Launcher):
                 results = self._launch(sweep_dir, job_overrides, initial_job_idx)
         except EXPECTED_ERRORS as error:
             raise exit_for(error) from None
+        except KeyboardInterrupt:  # as a single run says it; every job's manifest says interrupted
+            from harness.session import resume_hint
+
+            raise exit_with(130, f"\ninterrupted: the episodes finished so far are in {sweep_dir}; "
+                                 f"{resume_hint(sweep_dir, sweep=True).split('; ', 1)[1]}") from None
         failed = sum(r.status == JobStatus.FAILED for r in results)
         if failed:  # said per job above; Hydra's sweeper would add a traceback of the first failure
             others = (f"; the others' tables are in {sweep_dir}" if failed < len(results) else "")
@@ -272,6 +281,10 @@ class RayLauncher(Launcher):
                     _, pending = wait(pending, timeout=1.0)
                     check_alive(pool.servers, hint)
                     view.refresh()
-        finally:  # on the way out early, the jobs' threads end as the pool's actors go
+        finally:
+            # On the way out early (Ctrl-C, a signal, a dead model server): every job stops its runs
+            # and flushes its writer, then the pool's actors go; the jobs say nothing of it.
+            pool.stopping.set()
+            wait(futures, timeout=STOP_WAIT_S)
             threads.shutdown(wait=False, cancel_futures=True)
         return [future.result() for future in futures]
