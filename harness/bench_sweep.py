@@ -4,7 +4,7 @@ The model is an HTTP one: a small OpenAI-compatible server (`FakeChatServer`, ai
 loop) that answers every chat request after a fixed latency, started in a subprocess of its own on
 127.0.0.1. Every run is the real command line, `python -m harness ...`, in a process session of its
 own, pointed at it with `model=litellm model.name=openai/fake model.api_base=... cache.enabled=false
-embedder=hashing`; nothing of the harness is imported here, so this measures whatever the sweep
+embedder=hashing`; nothing of the harness runs here but that server, so this measures whatever the sweep
 launcher does today. Rows:
 
 - a sweep of N jobs, `python -m harness -m variant=baseline "seed=range(N)"` (one agent run each);
@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.local_http import LocalHttpServer
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "openai/fake"
 GIB = 2**30
@@ -45,7 +47,7 @@ GIB = 2**30
 # --- the HTTP model ---------------------------------------------------------------------------
 
 
-class FakeChatServer:
+class FakeChatServer(LocalHttpServer):
     """An OpenAI-compatible chat-completions endpoint that answers `answer` after `latency_s`.
 
     One asyncio event loop (aiohttp), so hundreds of requests wait their latency at once.
@@ -60,16 +62,16 @@ class FakeChatServer:
     --serve` serves in a process of its own and prints `port <n>` once it listens (the bench).
     """
 
+    backlog = 2048  # hundreds of agents connect at once
+
     def __init__(self, latency_s: float = 0.2, answer: str = "Paris", status: int = 200,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self.latency_s, self.answer, self.status = latency_s, answer, status
-        self.host, self.port = host, port
+        super().__init__(host, port)
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.peak_in_flight = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: Any = None
 
     @property
     def api_base(self) -> str:
@@ -130,40 +132,6 @@ class FakeChatServer:
         self.arrivals, self.requests, self.peak_in_flight = [], [], self.in_flight
         return web.json_response({"ok": True})
 
-    async def _start(self) -> None:
-        from aiohttp import web
-
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=2048)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def start(self) -> FakeChatServer:
-        """Serve from a daemon thread; returns once it listens."""
-        ready = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        threading.Thread(target=serve, daemon=True, name="fake-chat-server").start()
-        if not ready.wait(30):
-            raise RuntimeError("the fake chat server did not start in 30 s")
-        return self
-
-    def close(self) -> None:
-        if self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-
-    def __enter__(self) -> FakeChatServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def serve_forever(latency_s: float, port: int = 0) -> None:

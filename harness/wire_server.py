@@ -83,14 +83,14 @@ What litellm 1.110.2 makes of these reports (pinned by tests/test_wire_server.py
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import itertools
 import json
 import re
-import threading
 import time
 from typing import Any
+
+from harness.local_http import LocalHttpServer
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _SECRET_HEADERS = {"authorization", "x-api-key", "x-goog-api-key", "api-key"}
@@ -171,7 +171,7 @@ def _key(prefix: list[str]) -> str:
     return hashlib.sha256("\x00".join(prefix).encode()).hexdigest()
 
 
-class WireServer:
+class WireServer(LocalHttpServer):
     """OpenAI, Anthropic and Gemini chat endpoints with deterministic caches and usage (module doc)."""
 
     def __init__(self, answer: str = "Paris", *, reasoning_tokens: int = 64,
@@ -179,13 +179,11 @@ class WireServer:
                  cache_min_tokens: int = 1024, host: str = "127.0.0.1", port: int = 0) -> None:
         self.answer, self.reasoning_tokens, self.reasoning_models = answer, reasoning_tokens, reasoning_models
         self.cache_block, self.cache_min_tokens = cache_block, cache_min_tokens
-        self.host, self.port = host, port
+        super().__init__(host, port)
         self.requests: list[dict[str, Any]] = []
         self._prompts: dict[tuple[str, str], list[list[str]]] = {}  # OpenAI and Gemini: prompts seen
         self._prefixes: dict[str, set[str]] = {}  # Anthropic: cached prefixes per model
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: Any = None
 
     @property
     def openai_base(self) -> str:
@@ -356,41 +354,6 @@ class WireServer:
         await self._log(request)
         return _gemini_error(404, "NOT_FOUND", f"{request.method} {request.path} is not served here.")
 
-    async def _start(self) -> None:
-        from aiohttp import web
-
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def start(self) -> WireServer:
-        """Serve from a daemon thread; returns once it listens."""
-        ready = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        threading.Thread(target=serve, daemon=True, name="wire-server").start()
-        if not ready.wait(30):
-            raise RuntimeError("the wire server did not start in 30 s")
-        return self
-
-    def close(self) -> None:
-        if self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop = None
-
-    def __enter__(self) -> WireServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _json_response(body: dict[str, Any], status: int = 200) -> Any:
