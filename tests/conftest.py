@@ -18,7 +18,7 @@ from harness.agent_api import Recorder
 from harness.config import HarnessConfig
 from harness.gateway import Gateway
 from harness.model_client import CallRequest, CallResult
-from harness.plan import build_environment, build_plan
+from harness.plan import build_environment, build_plan, episode_ids
 from harness.runner import RunOutcome, run_agent
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -82,6 +82,21 @@ def run_variant(*overrides: str, gateway_type: type[RecordingGateway] = Recordin
     sink = ListSink()
     outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
     return AgentRun(outcome, sink, gateway, workdir)
+
+
+def replayed_run(overrides: list[str], finished: int) -> tuple[Path, list[dict[str, Any]]]:
+    """An 8-task scripted run whose first `finished` episodes are replayed as a resume replays them:
+    its final snapshot's directory and the episodes it wrote (tests/agents/test_replay.py)."""
+    settings = scripted_settings(*overrides, "stream.num_tasks=8", "model.scripted.accuracy=0.5")
+    workdir = Path(tempfile.mkdtemp(prefix="harness-replay-"))
+    spec = build_plan(settings, workdir)[0]
+    spec = spec.model_copy(update={"finished": episode_ids(spec)[:finished]})
+    answers = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
+    gateway = Gateway([settings.model, settings.embedder], answer_key=answers, cache=settings.cache)
+    sink = ListSink()
+    asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
+    [snapshot] = [s for s in sink.rows["snapshots"] if s["final"]]
+    return workdir / snapshot["path"], sink.rows["episodes"]
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 """Cheatsheet (Dynamic Cheatsheet): a bounded, self-curated cheatsheet carried from task to task."""
 
-import asyncio
 import json
 import re
 import shutil
@@ -12,12 +11,10 @@ import pytest
 
 from agents.cheatsheet import bounded, parse_cheatsheet, solvers
 from agents.sandbox import kernel_isolation_problem
-from harness.gateway import Gateway
-from harness.plan import build_environment, build_plan, episode_ids
+from harness.plan import build_plan
 from harness.records import PlaybookEventRow, RunRow, ToolEventRow
-from harness.runner import run_agent
 from harness.writer import TableWriter
-from tests.conftest import CONF_DIR, ListSink, run_variant, scripted_settings
+from tests.conftest import CONF_DIR, replayed_run, run_variant, scripted_settings
 
 CUMULATIVE = ["variant=cheatsheet", "variant.mode=cumulative"]
 SYNTHESIS = ["variant=cheatsheet", "variant.mode=retrieval_synthesis"]
@@ -215,16 +212,8 @@ REPLAYED = {  # each learns something on most tasks of an 8-task stream, so a lo
 def final_state(overrides: list[str], finished: int) -> tuple[dict, list[dict]]:
     """The final snapshot's state of a run whose first `finished` episodes are replayed, as a resume
     replays them (the approach of tests/agents/test_replay.py)."""
-    settings = scripted_settings(*overrides, "stream.num_tasks=8", "model.scripted.accuracy=0.5")
-    workdir = Path(tempfile.mkdtemp(prefix="harness-replay-"))
-    spec = build_plan(settings, workdir)[0]
-    spec = spec.model_copy(update={"finished": episode_ids(spec)[:finished]})
-    answers = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
-    gateway = Gateway([settings.model, settings.embedder], answer_key=answers, cache=settings.cache)
-    sink = ListSink()
-    asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
-    [snapshot] = [s for s in sink.rows["snapshots"] if s["final"]]
-    return json.loads((workdir / snapshot["path"] / "state.json").read_text()), sink.rows["episodes"]
+    directory, episodes = replayed_run(overrides, finished)
+    return json.loads((directory / "state.json").read_text()), episodes
 
 
 @pytest.mark.parametrize("variant", sorted(REPLAYED))

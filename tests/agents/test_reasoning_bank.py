@@ -1,11 +1,9 @@
 """ReasoningBank: strategies distilled from judged successes and failures, stored as titled items in
 the episodic memory, retrieved top-k into later tasks; MaTTS contrasts k attempts in one distillation."""
 
-import asyncio
 import json
 import re
 import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -15,13 +13,11 @@ import pytest
 from agents.reasoning_bank import BANK_HEADER, REEXAMINE, Strategy, parse_items, unformatted_item
 from envs.scienceworld import requirements
 from harness.config import ConfigError
-from harness.gateway import Gateway
-from harness.plan import build_environment, build_plan, episode_ids
+from harness.plan import build_plan
 from harness.records import MemoryEventRow, RunRow
-from harness.runner import run_agent
 from harness.scripted import WRONG_ANSWER
 from harness.writer import TableWriter
-from tests.conftest import AgentRun, ListSink, run_variant, scripted_settings
+from tests.conftest import AgentRun, replayed_run, run_variant, scripted_settings
 
 BANK = ("variant=reasoning_bank", "stream.num_tasks=4", "model.scripted.accuracy=0")
 NO = "{purpose: judge, reply: 'NO'}"
@@ -223,21 +219,13 @@ RESUMED = {
 
 
 def final_state(overrides: list[str], finished: int) -> tuple[dict, list[dict]]:
-    settings = scripted_settings(*overrides, "stream.num_tasks=8", "model.scripted.accuracy=0.5")
-    workdir = Path(tempfile.mkdtemp(prefix="harness-replay-"))
-    spec = build_plan(settings, workdir)[0]
-    spec = spec.model_copy(update={"finished": episode_ids(spec)[:finished]})
-    answers = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
-    gateway = Gateway([settings.model, settings.embedder], answer_key=answers, cache=settings.cache)
-    sink = ListSink()
-    asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
-    [snapshot] = [s for s in sink.rows["snapshots"] if s["final"]]
-    state = json.loads((workdir / snapshot["path"] / "state.json").read_text())
-    items = pq.read_table(workdir / snapshot["path"] / "memory.parquet")
+    directory, episodes = replayed_run(overrides, finished)
+    state = json.loads((directory / "state.json").read_text())
+    items = pq.read_table(directory / "memory.parquet")
     # memory ids are random per run; the items' content, weight and use are what must match
     kept = items.select(["text", "source_task_id", "importance", "access_count"]).to_pylist()
     state["memory"] = sorted(kept, key=lambda item: (item["source_task_id"], item["text"]))
-    return state, sink.rows["episodes"]
+    return state, episodes
 
 
 @pytest.mark.parametrize("case", sorted(RESUMED))

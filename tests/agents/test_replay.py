@@ -2,18 +2,12 @@
 new mechanisms, the state after a replayed prefix and the rest of the stream is exactly the state of
 an uninterrupted run (the kill -9 itself is tested end to end in tests/test_resume.py)."""
 
-import asyncio
 import json
-import tempfile
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from harness.gateway import Gateway
-from harness.plan import build_environment, build_plan, episode_ids
-from harness.runner import run_agent
-from tests.conftest import ListSink, scripted_settings
+from tests.conftest import replayed_run
 
 VARIANTS = {
     "playbook": ["variant=playbook"],
@@ -29,21 +23,13 @@ VARIANTS = {
 
 
 def final_state(overrides: list[str], finished: int) -> tuple[dict, list[dict]]:
-    settings = scripted_settings(*overrides, "stream.num_tasks=8", "model.scripted.accuracy=0.5")
-    workdir = Path(tempfile.mkdtemp(prefix="harness-replay-"))
-    spec = build_plan(settings, workdir)[0]
-    spec = spec.model_copy(update={"finished": episode_ids(spec)[:finished]})
-    answers = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
-    gateway = Gateway([settings.model, settings.embedder], answer_key=answers, cache=settings.cache)
-    sink = ListSink()
-    asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
-    [snapshot] = [s for s in sink.rows["snapshots"] if s["final"]]
-    state = json.loads((workdir / snapshot["path"] / "state.json").read_text())
-    memory = workdir / snapshot["path"] / "memory.parquet"
+    directory, episodes = replayed_run(overrides, finished)
+    state = json.loads((directory / "state.json").read_text())
+    memory = directory / "memory.parquet"
     if memory.exists():  # memory ids are random per run; the items' content is what must match
         state["memory"] = sorted(pq.read_table(memory).select(["text", "source_task_id"]).to_pylist(),
                                  key=lambda item: item["source_task_id"])
-    return state, sink.rows["episodes"]
+    return state, episodes
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
