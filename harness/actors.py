@@ -244,11 +244,18 @@ class AgentWorker:
             setup_s = await asyncio.to_thread(self.setup, specs)
             _settle_the_heap()
         sink = JobSink(self.sink, job)
+        cancelled = False
         try:
             outcomes = await _all_or_none([
                 run_agent(spec, self._environment(spec.env_cfg), self.gateway, sink) for spec in specs])
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
-            await self.sink.drain()
+            # What the runs sent goes to the hub however they ended. Runs their job cancelled (its
+            # sweep is stopping) may find the hub already gone: the job has said why, once.
+            with contextlib.suppress(*((ray.exceptions.RayActorError,) if cancelled else ())):
+                await self.sink.drain()
         return WorkerReport(outcomes=outcomes, env_setup_s=setup_s)
 
 

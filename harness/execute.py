@@ -102,6 +102,8 @@ def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pa
         for ref in refs:  # the job has stopped: its runs on the shared workers stop too
             with contextlib.suppress(Exception):
                 ray.cancel(ref)
+        with contextlib.suppress(Exception):  # and have stopped before the job ends (a sweep then
+            ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)  # kills its actors)
         raise
     finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before the job ends
@@ -188,6 +190,10 @@ def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -
                    settings=json.dumps(s.settings, sort_keys=True),
                    started_at=utc_now()).model_dump()
             for s in specs if s.run_id not in known]
+
+
+CANCEL_WAIT_S = 30
+"""How long a stopped job waits for its cancelled runs to end on the shared workers."""
 
 
 class SweepStopping(KeyboardInterrupt):
