@@ -102,8 +102,9 @@ def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pa
         for ref in refs:  # the job has stopped: its runs on the shared workers stop too
             with contextlib.suppress(Exception):
                 ray.cancel(ref)
-        with contextlib.suppress(Exception):  # and have stopped before the job ends (a sweep then
-            ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)  # kills its actors)
+        if session.pool.stopping.is_set():  # the sweep kills its actors once its jobs return:
+            with contextlib.suppress(Exception):  # let the cancelled runs end first, quietly
+                ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
         raise
     finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before the job ends
@@ -193,7 +194,7 @@ def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -
 
 
 CANCEL_WAIT_S = 30
-"""How long a stopped job waits for its cancelled runs to end on the shared workers."""
+"""How long a job of a stopping sweep waits for its cancelled runs to end on the shared workers."""
 
 
 class SweepStopping(KeyboardInterrupt):
