@@ -5,7 +5,8 @@ model when they vary, the settings label). Episodes pair on (seed, order_seed, s
 within the same env, scenario and model: runs that share a seed see the same tasks in the same
 order, which is checked task by task before anything is paired. Where runs were repeated
 (stream.repeats) they pair repeat by repeat, and each difference is shown beside the noise floor:
-the test-retest flip rate of the two groups (`noise_floor`).
+the test-retest flip rate of the two groups (`noise_floor`). When both groups were repeated, the
+planning line under the table uses the discordance measured across repeats (`across_repeats`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import numpy as np
 import polars as pl
 
 from harness.costs import total_cost
-from harness.stats import bootstrap_ci, holm, mcnemar_exact, pairs_needed, stratified_bootstrap_ci
+from harness.stats import (
+    bootstrap_ci,
+    holm,
+    mcnemar_exact,
+    pairs_needed,
+    pairs_needed_at_rates,
+    stratified_bootstrap_ci,
+)
 
 PAIR_KEYS = ["seed", "order_seed", "stream_position"]
 NOT_CONTEXT = ("variant", "settings")
@@ -96,6 +104,36 @@ def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame
     return joined.select("seed", "order_seed", ref="success", cand="success_cand"), None
 
 
+def across_repeats(reference: pl.DataFrame, candidate: pl.DataFrame) -> dict | None:
+    """Where both groups ran more than one repeat: the rates at which a fresh pair of single runs
+    (one of the candidate, one of the reference) is gained or lost, measured with every repeat
+    against every repeat. At each seed, order and position holding the same task in both groups, a
+    candidate solving it in a share b of its repeats and a reference in a share a give (1 - a) * b
+    gained and a * (1 - b) lost pairs; the rates are their means over the positions. Pairing repeat
+    i with repeat i only samples one of these pairings per position, and with few repeats its
+    discordance can be far from this one. None without repeats in both groups."""
+    if "repeat" not in reference.columns or "repeat" not in candidate.columns:
+        return None
+    ref_repeats, cand_repeats = reference["repeat"].n_unique(), candidate["repeat"].n_unique()
+    if ref_repeats < 2 or cand_repeats < 2:
+        return None
+
+    def shares(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.group_by(PAIR_KEYS).agg(task_id=pl.col("task_id").first(),
+                                              tasks=pl.col("task_id").n_unique(),
+                                              share=pl.col("success").cast(pl.Float64).mean())
+
+    joined = shares(reference).join(shares(candidate), on=PAIR_KEYS, suffix="_cand").filter(
+        (pl.col("tasks") == 1) & (pl.col("tasks_cand") == 1) & (pl.col("task_id") == pl.col("task_id_cand")))
+    if joined.is_empty():
+        return None
+    a, b = joined["share"].to_numpy(), joined["share_cand"].to_numpy()
+    gained, lost = float(((1 - a) * b).mean()), float((a * (1 - b)).mean())
+    return {"repeats": cand_repeats, "reference_repeats": ref_repeats, "positions": joined.height,
+            "gained": gained, "lost": lost, "needed": pairs_needed_at_rates(gained, lost),
+            "flip_rate": _flip_rate(candidate), "reference_flip_rate": _flip_rate(reference)}
+
+
 def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str = "baseline",
                        seed: int = 0) -> Comparisons:
     """Every group against the reference group of its context: success difference with a paired
@@ -105,6 +143,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
     context = [k for k in keys if k not in NOT_CONTEXT]
     rows: list[dict] = []
     notes: list[str] = []
+    across: dict[str, dict | None] = {}
     for values, frame in stream.group_by(context or [pl.lit(0)], maintain_order=True):
         where = ", ".join(f"{k}={v}" for k, v in zip(context, values, strict=True)) if context else ""
         groups = sorted(frame["group"].unique().to_list())
@@ -130,6 +169,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
             floors = [f for f in (_flip_rate(ref_frame), _flip_rate(candidate)) if f is not None]
             rows.append({**_comparison(group, references[0], pairs, seed),
                          "noise_floor": max(floors) if floors else None})
+            across[group] = across_repeats(ref_frame, candidate)
     table = pl.DataFrame(rows).sort("group") if rows else pl.DataFrame()
     plans: list[str] = []
     if rows:
@@ -137,7 +177,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
         table = table.with_columns(p_holm=pl.Series(adjusted)).with_columns(
             resolved=(pl.col("p_holm") < 0.05) & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)))
         for row in table.iter_rows(named=True):
-            plans.append(_plan(row))
+            plans.append(_plan(row, across.get(row["group"])))
         table = table.drop("needed")
     return Comparisons(table=table, notes=notes, plans=plans)
 
@@ -155,15 +195,38 @@ def _comparison(group: str, reference: str, pairs: pl.DataFrame, seed: int) -> d
             "needed": pairs_needed(gained, lost, len(diff))}
 
 
-def _plan(row: dict) -> str:
-    needed, seeds = row["needed"], max(row["seeds"], 1)
-    if needed is None:
-        return (f"{row['group']}: no difference observed ({row['gained']} gained, {row['lost']} lost); "
-                "nothing to plan")
+def _plan(row: dict, across: dict | None = None) -> str:
+    """How many paired episodes would resolve the row's difference: with the discordance measured
+    across repeats where both groups were repeated (`across_repeats`), else with the discordance of
+    the pairs in the table; and, where the row has a noise floor, whether the difference is below it."""
+    seeds = max(row["seeds"], 1)
+    if across is None:
+        needed = row["needed"]
+        if needed is None:
+            return (f"{row['group']}: no difference observed ({row['gained']} gained, {row['lost']} lost); "
+                    "nothing to plan")
+        discordance = f"with this discordance ({row['gained'] + row['lost']} of {row['pairs']} pairs)"
+    else:
+        needed = across["needed"]
+        repeats = f"{across['repeats']} x {across['reference_repeats']} repeats"
+        if needed is None:
+            return (f"{row['group']}: no difference observed across {repeats} (every repeat against every "
+                    f"repeat: {across['gained']:.3f} of pairs gained, {across['lost']:.3f} lost); "
+                    "nothing to plan")
+        rates = " and ".join("n/a" if r is None else f"{r:.3f}"
+                             for r in (across["flip_rate"], across["reference_flip_rate"]))
+        discordance = (f"with the discordance measured across {repeats} (every repeat against every repeat: "
+                       f"{across['gained'] + across['lost']:.3f} of pairs disagree; test-retest flip rates "
+                       f"{rates} for this group and the reference)")
     per_seed = -(-needed // seeds)
-    return (f"{row['group']}: a difference of {row['difference']:+.3f} with this discordance "
-            f"({row['gained'] + row['lost']} of {row['pairs']} pairs) needs about {needed} paired episodes "
-            f"for 80% power at 5% (e.g. {per_seed} tasks x {seeds} seeds; now {row['pairs']})")
+    plan = (f"{row['group']}: a difference of {row['difference']:+.3f} {discordance} needs about {needed} "
+            f"paired episodes for 80% power at 5% (e.g. {per_seed} tasks x {seeds} seeds; "
+            f"now {row['pairs']})")
+    floor = row.get("noise_floor")
+    if floor is not None and abs(row["difference"]) < floor:
+        plan += (f". The difference is below the noise floor ({floor:.3f}): within the noise of running "
+                 "either group twice")
+    return plan
 
 
 def evolution_metrics(episodes: pl.DataFrame, keys: list[str], window: int = 10, fraction: float = 0.9,

@@ -15,8 +15,9 @@ from the runs table; see harness/summary.py):
   unknown the headline says so;
 - paired differences against a reference variant (`--reference`, default baseline) on the same
   tasks in the same order: paired bootstrap CI, exact McNemar p-value with Holm's correction,
-  resolved or not at 95%, and how many paired episodes would resolve the observed difference
-  (harness/compare.py, harness/stats.py);
+  resolved or not at 95%, and how many paired episodes would resolve the observed difference (with
+  the discordance measured across repeats where both groups ran stream.repeats) (harness/compare.py,
+  harness/stats.py);
 - the self-evolution metrics: evolution gain, adaptation speed, stability, forgetting, success
   per 1k tokens and per dollar (formulas in docs/report.md);
 - a cost-accuracy plot with the Pareto frontier, learning curves (rolling success by stream
@@ -293,7 +294,10 @@ def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
         "row: the paired episodes a McNemar test needs to resolve a difference of the observed size with "
         "the observed discordance (80% power, 5% two-sided). Where runs were repeated (stream.repeats) "
         "episodes also pair on the repeat, and `noise_floor` is the larger test-retest flip rate of the "
-        "two groups: a difference below it is within the noise of running either twice.",
+        "two groups: a difference below it is within the noise of running either twice, and its planning "
+        "line says so. Where both groups were repeated, the planning line uses the discordance measured "
+        "across repeats (every repeat of the group against every repeat of the reference on the same "
+        "task), the one a fresh pair of single runs would show, rather than that of the pairs in the table.",
         table, [*comparisons.notes, *comparisons.plans])
 
 

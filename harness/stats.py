@@ -1,7 +1,7 @@
 """The statistics the report uses, on plain arrays: bootstrap intervals (plain, paired and
 stratified), the exact McNemar test, Holm's correction, and how many pairs would resolve a
-difference. scipy does the distributions; the stratified resampling (tasks within seeds) is here
-because no library offers it."""
+difference (from counts of gained and lost pairs, or from their rates). scipy does the
+distributions; the stratified resampling (tasks within seeds) is here because no library offers it."""
 
 from __future__ import annotations
 
@@ -90,12 +90,25 @@ def holm(p_values: list[float]) -> list[float]:
 def pairs_needed(gained: int, lost: int, pairs: int, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """Paired episodes a McNemar test needs to resolve a difference of the observed size with the
     observed discordance (Connor 1987); None when no difference was observed."""
-    from scipy.stats import norm
-
     if pairs == 0 or gained == lost:
         return None
-    discordant = (gained + lost) / pairs
-    delta = abs(gained - lost) / pairs
+    return _connor((gained + lost) / pairs, abs(gained - lost) / pairs, alpha, power)
+
+
+def pairs_needed_at_rates(gained: float, lost: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """Paired episodes a McNemar test needs when a pair is gained (only the candidate succeeds) with
+    probability `gained` and lost (only the reference does) with probability `lost`: Connor (1987)
+    with discordance gained + lost and difference gained - lost. None when the rates are equal (to
+    rounding): no difference to resolve."""
+    discordant, delta = gained + lost, abs(gained - lost)
+    if delta <= 1e-12 * max(discordant, 1.0):
+        return None
+    return _connor(discordant, delta, alpha, power)
+
+
+def _connor(discordant: float, delta: float, alpha: float, power: float) -> int:
+    from scipy.stats import norm
+
     z_alpha, z_power = norm.ppf(1 - alpha / 2), norm.ppf(power)
     needed = (z_alpha * math.sqrt(discordant) + z_power * math.sqrt(max(discordant - delta**2, 0.0))) ** 2
     return math.ceil(needed / delta**2)

@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 from harness.compare import adaptation_tasks, evolution_metrics, paired_comparisons
-from harness.stats import holm, mcnemar_exact, pairs_needed, stratified_bootstrap_ci
+from harness.stats import holm, mcnemar_exact, pairs_needed, pairs_needed_at_rates, stratified_bootstrap_ci
 
 # Joint outcome of (reference, candidate) on one task: both fail, only the candidate solves it
 # (gained), only the reference does (lost), both solve it. True difference: 0.20 - 0.08 = 0.12.
@@ -69,6 +69,16 @@ def test_the_planned_number_of_pairs_gives_about_80_percent_power():
         rejected += mcnemar_exact(ref, cand)[2] < 0.05
     assert 0.72 <= rejected / 300 <= 0.88
     assert pairs_needed(5, 5, 50) is None
+
+
+def test_the_planned_pairs_from_rates_agree_with_the_planned_pairs_from_counts():
+    assert pairs_needed_at_rates(0.20, 0.08) == pairs_needed(20, 8, 100)
+    assert pairs_needed_at_rates(0.08, 0.20) == pairs_needed(8, 20, 100)
+    # Discordance 0.5, difference 0.125: (1.96 sqrt(0.5) + 0.8416 sqrt(0.484375))^2 / 0.015625 = 248.8
+    assert pairs_needed_at_rates(0.3125, 0.1875) == 249
+    assert pairs_needed_at_rates(0.25, 0.25) is None
+    assert pairs_needed_at_rates(0.1 + 0.2, 0.3) is None  # equal but for rounding
+    assert pairs_needed_at_rates(0.0, 0.0) is None
 
 
 def episodes_frame(groups: dict[str, dict[int, list[bool]]], scenario: str = "sequential",
