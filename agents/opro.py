@@ -58,4 +58,5 @@ class OproAgent(BaselineAgent):
         self.system_prompt = history[best][0]
         for i, (prompt, score) in enumerate(history):
             self.recorder.emit(PromptRow, step=i, prompt=prompt, tuning_score=score, tuning_tasks=n,
-                               selected=i == best, protocol=self.protocol)
+                               selected=i == best, protocol=self.protocol,
+                               origin="start" if i == 0 else "proposal")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -116,6 +116,17 @@ class Trial(abc.ABC):
         reward the agent is told is the one `reward_source` names."""
 
 
+class TuningAttempt(BaseModel):
+    """One single-turn answer to a tuning task under a candidate system prompt, with its verdict."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task: TaskView
+    answer: str
+    success: bool
+    score: float
+
+
 class TuningSet(abc.ABC):
     """Tasks an agent may tune on before its stream, and a way to score a system prompt on them."""
 
@@ -124,8 +135,14 @@ class TuningSet(abc.ABC):
     """True when the tasks are disjoint from the evaluated stream; False for resubstitution."""
 
     @abc.abstractmethod
+    async def attempt(self, system_prompt: str, indices: Sequence[int]) -> list[TuningAttempt]:
+        """Single-turn answers under `system_prompt` to the tasks at `indices`, concurrently, in
+        their order (calls: purpose optimize)."""
+
     async def evaluate(self, system_prompt: str, limit: int | None = None) -> float:
-        """Success rate of single-turn answers under `system_prompt` (calls: purpose optimize)."""
+        """Success rate of single-turn answers under `system_prompt` to the first `limit` tasks."""
+        attempts = await self.attempt(system_prompt, range(len(self.tasks[:limit])))
+        return sum(a.success for a in attempts) / len(attempts) if attempts else 0.0
 
 
 Opening = Callable[[str], list[Message]]

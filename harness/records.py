@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.costs import add_costs
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
@@ -406,7 +406,7 @@ class MemoryEventRow(Record):
 
 
 class PromptRow(Record):
-    """One candidate system prompt an optimising variant (OPRO) scored on its tuning tasks."""
+    """One candidate system prompt an optimising variant (OPRO, GEPA) scored on its tuning tasks."""
 
     table: ClassVar[str] = "prompts"
 
@@ -419,7 +419,7 @@ class PromptRow(Record):
     stream_position: int
     """Position of that task."""
     step: int
-    """0 for the starting prompt, then one per proposal of the meta-prompt."""
+    """0 for the starting prompt, then one per candidate in the order they were proposed."""
     prompt: str
     """The candidate system prompt."""
     tuning_score: float
@@ -430,6 +430,17 @@ class PromptRow(Record):
     """True for the prompt the agent then used on its stream."""
     protocol: str
     """held_out (tuned on tasks disjoint from the stream) or resubstitution (tuned on the stream's own)."""
+    origin: str
+    """start (the configured prompt), proposal (OPRO's meta-prompt), mutation (GEPA's reflection on a
+    parent's answers) or merge (GEPA's merge of two frontier candidates)."""
+    parent_step: int | None = None
+    """GEPA: the step of the candidate it came from (a merge: the first of the two); else None."""
+    kept: bool | None = None
+    """GEPA: True when it solved more of a minibatch than its parent and was scored on the Pareto tasks
+    (tuning_score over them); False when it did not (tuning_score on the minibatch). None for OPRO."""
+    frontier: bool | None = None
+    """GEPA: True when it ended on the Pareto frontier (best on some Pareto task and not dominated).
+    None for OPRO."""
 
 
 class ToolEventRow(Record):

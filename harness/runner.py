@@ -11,13 +11,24 @@ import asyncio
 import datetime as dt
 import functools
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from envs.base import EnvEpisode, Environment, Task, TaskView
-from harness.agent_api import Agent, Attempt, AttemptResult, Feedback, Recorder, Scorer, Trial, TuningSet
+from harness.agent_api import (
+    Agent,
+    Attempt,
+    AttemptResult,
+    Feedback,
+    Recorder,
+    Scorer,
+    Trial,
+    TuningAttempt,
+    TuningSet,
+)
 from harness.assembly import build_agent, build_judge, split_options
 from harness.clock import utc_now
 from harness.errors import DiskFull, disk_full, is_disk_full, one_line
@@ -103,21 +114,21 @@ class EnvTuningSet(TuningSet):
         self.env = env
         self.llm = llm
 
-    async def evaluate(self, system_prompt: str, limit: int | None = None) -> float:
-        tasks = self._tasks[:limit] if limit is not None else self._tasks
-
-        async def one(task: Task) -> float:
+    async def attempt(self, system_prompt: str, indices: Sequence[int]) -> list[TuningAttempt]:
+        async def one(task: Task) -> TuningAttempt:
             episode = self.env.reset(task)
             messages = [{"role": "system", "content": system_prompt},
                         {"role": "user", "content": episode.observation}]
             try:
-                episode.step((await self.llm.complete(messages, purpose="optimize")).text)
-                return float(episode.score().success)
+                answer = (await self.llm.complete(messages, purpose="optimize")).text
+                episode.step(answer)
+                score = episode.score()
+                return TuningAttempt(task=TaskView.of(task), answer=answer, success=score.success,
+                                     score=score.score)
             finally:
                 episode.close()
 
-        scores = await asyncio.gather(*(one(t) for t in tasks))
-        return sum(scores) / len(scores) if scores else 0.0
+        return list(await asyncio.gather(*(one(self._tasks[i]) for i in indices)))
 
 
 async def start_agent(spec: AgentRunSpec, llm: AgentModelClient, env: Environment,

@@ -137,7 +137,8 @@ def test_ctrl_c_on_a_sweep_says_so_once_and_marks_every_job_interrupted(tmp_path
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 180
-    while len(list(tmp_path.glob("*/episodes/*.parquet"))) < 2 and time.monotonic() < deadline:
+    while (not all(list((tmp_path / job / "episodes").glob("*.parquet")) for job in ("0", "1"))
+           and time.monotonic() < deadline):  # each job has written some episodes
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=90)
