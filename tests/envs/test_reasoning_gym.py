@@ -1,6 +1,9 @@
 """reasoning-gym: tasks scored by the generator's own score_answer."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
+from reasoning_gym.arithmetic.leg_counting import LegCountingDataset
 
 from envs.reasoning_gym import ReasoningGym
 
@@ -20,6 +23,22 @@ def test_pool_has_every_item_of_every_dataset_with_stable_ids(env):
 def test_a_fresh_env_with_the_same_seed_regenerates_the_same_tasks(env):
     again = ReasoningGym(datasets=["leg_counting", "basic_arithmetic"], size=5, seed=3)
     assert again.tasks() == env.tasks()
+
+
+def test_a_sweeps_jobs_share_one_generation_of_the_pool(monkeypatch):
+    generated = []
+    original = LegCountingDataset.__getitem__
+    monkeypatch.setattr(LegCountingDataset, "__getitem__",
+                        lambda self, index: generated.append(index) or original(self, index))
+    settings = {"datasets": ["leg_counting"], "size": 7, "seed": 11,
+                "options": {"leg_counting": {"max_animals": 4}}}
+    with ThreadPoolExecutor(4) as jobs:  # a sweep's jobs plan in threads of one process
+        pools = list(jobs.map(lambda _: ReasoningGym(**settings).tasks(), range(4)))
+    assert all(pool == pools[0] for pool in pools) and sorted(generated) == list(range(7))
+    episode = ReasoningGym(**settings).reset(pools[0][3])
+    assert episode.observation == pools[0][3].question and len(generated) == 7  # reset generates nothing
+    other = ReasoningGym(**{**settings, "options": {"leg_counting": {"max_animals": 5}}}).tasks()
+    assert len(generated) == 14 and other != pools[0]  # other options are another pool
 
 
 @pytest.mark.parametrize("template,expected", [("Thinking first.\n<answer>{}</answer>", 1.0),
