@@ -78,6 +78,12 @@ def frontier(scores: list[list[float]]) -> dict[int, int]:
     return kept
 
 
+def _verdict(attempt: TuningAttempt) -> str:
+    """Right or wrong, with the score where the env gave partial credit."""
+    partial = f" (score {attempt.score:.2f})" if 0 < attempt.score < 1 else ""
+    return ("right" if attempt.success else "wrong") + partial
+
+
 def instruction_in(reply: str) -> str:
     """The instruction a reflection or merge reply proposes: inside its tags if it has them, else
     the whole reply (a small model often forgets them)."""
@@ -168,7 +174,7 @@ class _Search:
         if all(a.success for a in answers):
             return  # nothing to learn from this minibatch (GEPA skips a perfect one)
         examples = "\n\n".join(f"Question: {a.task.question}\nAnswer: {a.answer.strip()}\n"
-                               f"Verdict: {'right' if a.success else 'wrong'}" for a in answers)
+                               f"Verdict: {_verdict(a)}" for a in answers)
         reply = await agent.llm.complete(
             [{"role": "user", "content": agent.reflect_prompt.format(instruction=parent.prompt,
                                                                      examples=examples)}],

@@ -418,6 +418,36 @@ def edits_section(runs: list[Path], episodes: pl.DataFrame) -> Section | None:
                    counts.select(*keys, *shown).sort(keys))
 
 
+def prompt_search_section(runs: list[Path], episodes: pl.DataFrame) -> Section | None:
+    """What the prompt optimisers (OPRO, GEPA) searched before their streams, per group."""
+    prompts = read_tables(runs, "prompts")
+    if prompts.is_empty():
+        return None
+    keys = group_keys(episodes, REPORT_GROUPS)
+    owners = episodes.select("run_id", *keys).unique("run_id")
+    on_tuning_set = pl.col("kept").is_null() | pl.col("kept")  # OPRO's all; GEPA's kept ones
+    per_run = prompts.group_by("run_id").agg(
+        proposed=(pl.col("step") > 0).sum(), scored=on_tuning_set.sum(),
+        start_score=pl.col("tuning_score").filter(pl.col("step") == 0).first(),
+        selected_score=pl.col("tuning_score").filter(pl.col("selected")).first(),
+        tuning_tasks=pl.col("tuning_tasks").filter(pl.col("step") == 0).first(),
+        protocol=pl.col("protocol").first())
+    gain = (pl.col("selected_score") - pl.col("start_score")).mean().alias("gain")
+    table = per_run.join(owners, on="run_id").group_by(keys).agg(
+        pl.len().alias("runs"), pl.col("protocol").first(), pl.col("tuning_tasks").max(),
+        pl.col("proposed").sum(), pl.col("scored").sum(), pl.col("start_score").mean(),
+        pl.col("selected_score").mean(), gain)
+    return Section(
+        "Prompt search",
+        "The prompt optimisers before their streams (the prompts table), summed or averaged over each "
+        "group's runs: `proposed` candidates written (OPRO's meta-prompt; GEPA's reflections and merge), "
+        "`scored` those scored on the tuning tasks (the starting prompt and every OPRO proposal; for GEPA "
+        "only those that solved more of a minibatch than their parent), the tuning success of the "
+        "starting and of the selected prompt and `gain`, their difference. The gain is measured on the "
+        "tasks the prompt was selected on, so it is optimistic; the groups' success on their streams, "
+        "above, says whether it held.", table.sort(keys))
+
+
 def safety_section(episodes: pl.DataFrame) -> Section | None:
     """On env=safety: refusals of harmful requests, and benign replies that carry an unsafe procedure."""
     if "env" not in episodes.columns:
@@ -471,8 +501,9 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
             "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
             "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", views,
             figure="snapshot_views"))
-    sections += [s for s in (purpose_section(learning, calls), edits_section(runs, learning),
-                             safety_section(learning)) if s is not None]
+    mechanisms = (purpose_section(learning, calls), edits_section(runs, learning),
+                  prompt_search_section(runs, learning), safety_section(learning))
+    sections += [s for s in mechanisms if s is not None]
     sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]
     complete = sum(s["episodes"] for s in status)
     expected = sum(s["expected"] for s in status)

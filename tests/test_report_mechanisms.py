@@ -17,6 +17,10 @@ JOBS = {
     "memory": ["variant=memory", "env=safety", "stream=interleaved", "variant.safety={policy: block}",
                "model.scripted.rules=[{purpose: safety, contains: Paris, reply: UNSAFE},"
                " {purpose: safety, reply: SAFE}]"],
+    "opro": ["variant=opro", "stream.tuning_size=6", "variant.steps=2"],
+    "gepa": ["variant=gepa", "stream.tuning_size=6", "variant.pareto_size=3", "variant.max_rollouts=24",
+             "model.scripted.rules=[{purpose: optimize, contains: improved instruction,"
+             " reply: '<instruction>Answer with the city name only.</instruction>'}]"],
 }
 
 
@@ -44,7 +48,7 @@ def section(report: str, title: str) -> list[list[str]]:
 
 def test_tokens_are_shared_out_by_purpose(report):
     header, _, *rows = section(report, "Tokens by purpose")
-    purposes = {"act", "reflect", "curate", "propose", "validate", "distill", "safety", "embed"}
+    purposes = {"act", "reflect", "curate", "propose", "validate", "distill", "safety", "embed", "optimize"}
     assert purposes - {"embed"} <= set(header)
     for row in rows:
         assert abs(sum(float(v) for name, v in zip(header, row, strict=True) if name in purposes) - 1) < 0.01
@@ -64,3 +68,18 @@ def test_on_the_safety_env_refusals_and_unsafe_replies_are_counted(report):
     assert header[:6] == ["variant", "harmful", "refused", "benign", "benign_right", "benign_unsafe"]
     [memory] = rows
     assert int(memory[1]) + int(memory[3]) == 8
+
+
+def test_the_prompt_search_of_opro_and_gepa_is_summed_per_group(report):
+    header, _, *rows = section(report, "Prompt search")
+    table = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+    assert set(table) == {"opro", "gepa"}  # only the variants that searched
+    opro = table["opro"]
+    assert (opro["proposed"], opro["scored"], opro["tuning_tasks"]) == ("2", "3", "6")
+    assert table["opro"]["protocol"] == "held_out"
+    gepa = table["gepa"]
+    assert int(gepa["proposed"]) >= 1 and 1 <= int(gepa["scored"]) <= int(gepa["proposed"]) + 1
+    assert gepa["tuning_tasks"] == "3"  # its Pareto tasks
+    for row in table.values():
+        assert abs(float(row["selected_score"]) - float(row["start_score"]) - float(row["gain"])) < 1e-3
+        assert float(row["gain"]) >= 0  # the selected prompt is the best scored, the start among them
