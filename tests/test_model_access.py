@@ -78,7 +78,6 @@ def byo_settings(api_base: str):
 def test_a_missing_key_fails_in_one_line_before_any_episode_runs(tmp_path, model, variable):
     # The check runs on the pool's worker (the driver never imports litellm), so Ray has started,
     # but nothing is sent and nothing is written.
-    clock = time.monotonic()
     result = run_cli("model=litellm", f"model.name={model}", *QUIET, f"hydra.run.dir={tmp_path / 'run'}",
                      timeout=120, env=NO_KEYS)
     assert result.returncode == 2
@@ -86,7 +85,6 @@ def test_a_missing_key_fails_in_one_line_before_any_episode_runs(tmp_path, model
         f"error: invalid config: model.name: {model} needs {variable}, which is not set; export it, or "
         "point model.api_base at a server that needs no key")
     assert not (tmp_path / "run" / "manifest.json").exists() and not (tmp_path / "run" / "episodes").exists()
-    assert time.monotonic() - clock < 60
 
 
 def test_an_embedder_without_its_key_is_named(tmp_path):
