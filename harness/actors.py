@@ -31,7 +31,7 @@ from harness.minilm import MINILM_PREFIX, MiniLMService
 from harness.plan import AgentRunSpec, build_environment, episode_ids
 from harness.preflight import CheckedParams, check_models
 from harness.runner import RunOutcome, run_agent
-from harness.writer import TableWriter
+from harness.writer import TableWriter, UnwritableRows
 
 
 class ActorSink:
@@ -97,11 +97,15 @@ class WriterHub:
     def __init__(self) -> None:
         self._writers: dict[str, TableWriter] = {}
         self._failures: dict[str, Exception] = {}
+        self._unwritable: dict[str, UnwritableRows] = {}
+        """Jobs with rows their tables could not hold: their writers go on writing every other row
+        (the calls' above all) until the job, told at its next poll or close, stops."""
         self._metrics = MetricsExporter()
 
     def open(self, job: str, flush_interval_s: float, labels: JobLabels | None = None) -> None:
         """A writer for `job`; its rows are counted in the metrics under `labels` (none: not counted)."""
         self._failures.pop(job, None)
+        self._unwritable.pop(job, None)
         self._writers[job] = TableWriter(job, flush_interval_s)
         if labels is not None:
             self._metrics.open_job(job, labels)
@@ -121,7 +125,10 @@ class WriterHub:
 
     def poll(self, job: str) -> dict[str, int]:
         self._metrics.export_if_due()  # the last rows of a quiet spell go out too
-        return self._call(job, TableWriter.poll)
+        counts = self._call(job, TableWriter.poll)
+        if job in self._unwritable:
+            raise self._unwritable[job]
+        return counts
 
     def figures(self, job: str) -> dict[str, Any]:
         return self._call(job, TableWriter.figures)
@@ -133,9 +140,13 @@ class WriterHub:
         """Flush what reached the job's writer and close it (also after its failure: what can be
         written is)."""
         self._failures.pop(job, None)
+        unwritable = self._unwritable.pop(job, None)
         self._metrics.close_job(job)
         writer = self._writers.pop(job, None)
-        return writer.close(compact) if writer is not None else {}
+        written = writer.close(compact) if writer is not None else {}
+        if unwritable is not None:
+            raise unwritable
+        return written
 
     def _call(self, job: str, action: Callable[[TableWriter], Any]) -> Any:
         if job in self._failures:
@@ -144,6 +155,9 @@ class WriterHub:
             raise RuntimeError(f"no writer is open for {job}")
         try:
             return action(self._writers[job])
+        except UnwritableRows as failure:
+            self._unwritable.setdefault(job, failure)
+            raise
         except Exception as failure:
             self._failures[job] = failure
             raise

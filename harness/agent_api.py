@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall
+from harness.errors import one_line as one_line  # re-exported: agents' one-line errors
 from harness.records import EditKind, GateKind, Purpose, Record, Usage
+from harness.text import safe_text as safe_text  # re-exported: text from a tool, made safe
 
 Message = dict[str, Any]
 """A chat message: role and content, and for function calling `tool_calls` / `tool_call_id`."""

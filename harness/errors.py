@@ -11,6 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+from harness.text import safe_text
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 MAX_CHARS = 500
 
@@ -94,8 +96,9 @@ def root_cause(error: BaseException) -> BaseException:
 
 
 def one_line(error: BaseException | str, limit: int = MAX_CHARS) -> str:
-    """`Type: message` on one line: the root cause, escape codes stripped, a traceback reduced to its
-    last line, whitespace collapsed, at most `limit` characters."""
+    """`Type: message` on one line: the root cause, colour codes stripped and other control characters
+    shown escaped (harness.text), a traceback reduced to its last line, whitespace collapsed, at most
+    `limit` characters."""
     if isinstance(error, BaseException):
         cause = root_cause(error)
         text = f"{type(cause).__name__}: {clean(str(cause))}" if str(cause).strip() else type(cause).__name__
@@ -105,7 +108,7 @@ def one_line(error: BaseException | str, limit: int = MAX_CHARS) -> str:
 
 
 def clean(text: str) -> str:
-    text = _ANSI.sub("", text)
+    text = safe_text(_ANSI.sub("", text))
     if "Traceback (most recent call last)" in text:
         lines = [line for line in text.splitlines() if line.strip()]
         text = lines[-1] if lines else text

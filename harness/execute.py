@@ -96,7 +96,9 @@ def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pa
     try:
         _watch(settings, refs, session, writer, progress, total)
         reports = [_vital("an agent worker", ref, session) for ref in refs]
-        progress.send(writer, ray.get(writer.poll()), status="finished")
+        progress.send(writer, _vital("the writer actor", writer.poll(), session), status="finished")
+        # The job's last rows are written as its writer closes: a row it cannot write fails the job.
+        _vital("the writer actor", writer.hub.close.remote(writer.key), session, timeout=CLOSE_WAIT_S)
     except BaseException:
         progress.send(writer, None, status="failed")
         for ref in refs:  # the job has stopped: its runs on the shared workers stop too
@@ -105,12 +107,11 @@ def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pa
         if session.pool.stopping.is_set():  # the sweep kills its actors once its jobs return:
             with contextlib.suppress(Exception):  # let the cancelled runs end first, quietly
                 ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
-        raise
-    finally:
         # Also on Ctrl-C or a failure: what reached the writer is flushed before the job ends
-        # (compacting a long run's parts takes a while).
+        # (compacting a long run's parts takes a while); the failure already being raised says why.
         with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(writer.hub.close.remote(writer.key), timeout=300)
+            ray.get(writer.hub.close.remote(writer.key), timeout=CLOSE_WAIT_S)
+        raise
     return reports
 
 
@@ -195,6 +196,8 @@ def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -
 
 CANCEL_WAIT_S = 30
 """How long a job of a stopping sweep waits for its cancelled runs to end on the shared workers."""
+CLOSE_WAIT_S = 300
+"""How long a job waits for its writer to flush and compact its tables."""
 
 
 class SweepStopping(KeyboardInterrupt):
@@ -203,12 +206,12 @@ class SweepStopping(KeyboardInterrupt):
     quietly (harness.manifest records it as interrupted)."""
 
 
-def _vital(what: str, ref: ray.ObjectRef, session: JobSession) -> Any:
+def _vital(what: str, ref: ray.ObjectRef, session: JobSession, timeout: float | None = None) -> Any:
     """`ray.get` of something the run cannot do without; if its actor died, stop the run with one
     line saying what died (or that the disk is full, and where) and how to resume."""
     resume_hint = session.resume_hint
     try:
-        return ray.get(ref)
+        return ray.get(ref, timeout=timeout)
     except ray.exceptions.RayError as error:
         if session.pool.stopping.is_set():
             raise SweepStopping() from None

@@ -38,6 +38,7 @@ from harness.model_client import CallRequest, CallResult, GatewayUnavailable
 from harness.providers import InProcessProvider
 from harness.records import LLMCall
 from harness.scripted import PROVIDERS as SCRIPTED_PROVIDERS
+from harness.text import safe_text
 
 litellm.suppress_debug_info = True
 log = logging.getLogger(__name__)
@@ -200,6 +201,7 @@ class Gateway:
         cache_key = request_key(settings, request) if cache is not None and cacheable(request) else None
         hit = cache.get(cache_key) if cache is not None and cache_key is not None else None
         if hit is not None:
+            hit = _safe_answer(hit)  # kept by an older harness, or written by hand
             cost = hit.cost_usd if charge_cached else 0.0
             return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
                                 cached=True)
@@ -216,10 +218,12 @@ class Gateway:
                 vectors = [item["embedding"] for item in response.data]
             else:
                 message = response.choices[0].message
-                text = message.content or ""
-                tool_calls = [ToolCall(id=c.id or ToolCall.new("", "", key=f"{request.run_id}/{text}/{i}").id,
-                                       name=c.function.name or "", arguments=c.function.arguments or "")
-                               for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
+                # A reply is text from outside: made safe here, before it is counted, cached or shown.
+                text = safe_text(message.content or "")
+                tool_calls = [_safe_call(ToolCall(
+                    id=c.id or ToolCall.new("", "", key=f"{request.run_id}/{text}/{i}").id,
+                    name=c.function.name or "", arguments=c.function.arguments or ""))
+                    for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
             answer = _usage(settings.name, request, response, text, tool_calls)
             answer = answer.model_copy(update={"text": text, "tool_calls": tool_calls, "vectors": vectors,
                                                "cost_usd": self._cost(settings, response, answer)})
@@ -305,6 +309,15 @@ class Gateway:
             return float(litellm.completion_cost(completion_response=response))
         except Exception:  # no price known for this model: unknown, never silently zero
             return None
+
+
+def _safe_call(call: ToolCall) -> ToolCall:
+    return ToolCall(id=safe_text(call.id), name=safe_text(call.name), arguments=safe_text(call.arguments))
+
+
+def _safe_answer(answer: CachedAnswer) -> CachedAnswer:
+    return answer.model_copy(update={"text": None if answer.text is None else safe_text(answer.text),
+                                     "tool_calls": [_safe_call(c) for c in answer.tool_calls or []]})
 
 
 def _usage(model: str, request: CallRequest, response: Any, text: str | None,

@@ -23,6 +23,7 @@ from harness.config import (
 )
 from harness.snapshots import find_snapshot
 from harness.streams import order_tasks, sample_tasks
+from harness.text import safe_text
 
 
 class AgentRunSpec(BaseModel):
@@ -234,12 +235,23 @@ def resolve_defaults(settings: HarnessConfig) -> tuple[HarnessConfig, list[Task]
 def task_pool(env_cfg: dict[str, Any], tuning_size: int | None) -> tuple[list[Task], list[Task]]:
     """The env's tuning split and the evaluation pool every stream samples from."""
     env = build_environment(env_cfg)
-    pool = env.tasks()
-    tuning = env.tuning_tasks()
+    pool = [safe_task(t) for t in env.tasks()]
+    tuning = [safe_task(t) for t in env.tuning_tasks()]
     if tuning:
         check_disjoint(tuning, pool)
         return tuning, pool
     return split_tuning(pool, tuning_size)
+
+
+def safe_task(task: Task) -> Task:
+    """The task with its text made safe (harness.text): a task file is text from outside, and its
+    question reaches transcripts, tables and the terminal."""
+    text = (task.task_id, task.family, task.question, task.answer, *task.aliases)
+    if all(safe_text(value) is value for value in text):
+        return task
+    return task.model_copy(update={"task_id": safe_text(task.task_id), "family": safe_text(task.family),
+                                   "question": safe_text(task.question), "answer": safe_text(task.answer),
+                                   "aliases": tuple(safe_text(a) for a in task.aliases)})
 
 
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:

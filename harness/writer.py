@@ -31,6 +31,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from harness.costs import add_costs
+from harness.errors import one_line
 from harness.files import replace_atomically, write_text_atomically
 from harness.records import COMPRESSION, TABLES, Episode
 from harness.resume import drop_orphans, finished_episodes
@@ -39,6 +40,11 @@ REPLACES = b"harness.replaces"
 """Parquet metadata key of a compacted file: JSON list of the file names (same directory) it replaces."""
 COMPACTED = "-compacted.parquet"
 ROW_GROUP_ROWS = 128 * 1024
+
+
+class UnwritableRows(RuntimeError):
+    """Rows that no table could hold (a value of the wrong type, text a table cannot encode): what
+    could be written was; the run must fail and say so, never end finished with rows missing."""
 
 
 class TableWriter:
@@ -75,16 +81,50 @@ class TableWriter:
             self.append(table, batch[table])
 
     def flush(self) -> None:
+        """Write every buffered row. Each table is written on its own, so a row one table cannot hold
+        costs no other table its rows (a call's `llm_calls` row above all); the rows that cannot be
+        written, and the episodes they belong to, are left out, and `UnwritableRows` is raised once
+        the rest is on disk: the run fails, loudly, and a resume runs those episodes again."""
         self._check_lease()
+        unwritable: list[str] = []
+        incomplete: set[str] = set()
         # Episodes last: an episode row on disk means all of that episode's rows are (resume relies
         # on it; see harness/resume.py).
         for table in sorted(self._buffers, key=lambda name: name == Episode.table):
             rows = self._buffers[table]
+            if table == Episode.table:
+                rows = [row for row in rows if row["episode_id"] not in incomplete]
             if rows:
-                self._write_part(table, rows)
+                try:
+                    self._write_part(table, rows)
+                except (UnicodeError, pa.ArrowException, TypeError, ValueError) as error:
+                    rows, refused = self._write_writable(table, rows, error)
+                    incomplete |= {row.get("episode_id") for row, _ in refused}
+                    unwritable.append(f"{len(refused)} row(s) of {table}, e.g. of episode "
+                                      f"{refused[0][0].get('episode_id')} ({one_line(refused[0][1], 200)})")
                 self._rows_written[table] += len(rows)
-                self._buffers[table] = []
+            self._buffers[table] = []
         self._last_flush = time.monotonic()
+        if unwritable:
+            raise UnwritableRows(f"rows the tables cannot hold were left out: {'; '.join(unwritable)}")
+
+    def _write_writable(self, table: str, rows: list[dict[str, Any]], failure: Exception
+                        ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Exception]]]:
+        """After a part failed: each row tried alone, the writable ones written; (written, refused
+        with why)."""
+        schema = TABLES[table].arrow_schema()
+        writable, refused = [], []
+        for row in rows:
+            try:
+                pa.Table.from_pylist([row], schema=schema)
+                writable.append(row)
+            except Exception as error:
+                refused.append((row, error))
+        if not refused:  # the part failed for another reason than its rows: that is the error
+            raise failure
+        if writable:
+            self._write_part(table, writable)
+        return writable, refused
 
     def poll(self) -> dict[str, int]:
         """Flush if the interval has passed; rows received so far per table (written or buffered)."""

@@ -6,19 +6,24 @@ Kernel isolation (Linux; `isolation="kernel"`), in the order the layers are buil
    namespace mapping only its own uid when it is not root) and forks PID 1 of the new PID
    namespace. When PID 1 ends, the kernel kills every process left in the namespace, setsid or not.
 2. PID 1 builds a new root on a tiny tmpfs: read-only binds of the standard library (with empty
-   read-only tmpfs over every directory of installed packages), the system libraries and
-   /dev/null, and a writable, size-limited /work. There is no /proc, /sys, /etc, /tmp, home,
-   cache, output directory or socket in it. It chroots there and forks the tool process.
+   read-only tmpfs over every directory of installed packages) and the system libraries, an
+   empty read-only file as /dev/null (not the host's device), and a writable, size-limited
+   /work. There is no /proc, /sys, /etc, /tmp, home, cache, output directory or socket in it. It
+   chroots there and forks the tool process.
 3. The tool process drops everything: a fresh uid per run when we are root (no capabilities in
    its user namespace otherwise), an empty capability bounding set, no_new_privs, on x86-64 a
-   seccomp filter (no ptrace, namespaces, mounts, keyrings, bpf, io_uring or sockets), and
-   rlimits: CPU seconds, address space, file size (the output cap), open files, and processes
-   (by default it cannot fork). It closes every inherited descriptor, then installs the Python
-   audit hook of the weak mode (defence in depth only: Python code can switch it off) and calls
-   tool(argument).
+   seccomp filter (no ptrace, namespaces, mounts, keyrings, bpf, io_uring, sockets, nor memory
+   the address-space limit does not count: SysV shared memory, semaphores and message queues,
+   POSIX message queues, memfd), and rlimits: CPU seconds, address space, file size (the output
+   cap), open files, and processes (by default it cannot fork). It closes every inherited
+   descriptor, then installs the Python audit hook of the weak mode (defence in depth only:
+   Python code can switch it off) and calls tool(argument).
 4. Stage 1 enforces the wall clock (SIGKILL to PID 1 takes the namespace down), reads stdout and
    the result out of /work without following links, and reports one JSON line.
-`run` returns only after every process of the sandbox is gone.
+`run` returns only after every process of the sandbox is gone, and it never raises: every way a tool
+can end (any signal, a result file that is huge, deeply nested, not UTF-8 or not JSON) is a result.
+What the tool returns or prints is made safe (harness.text) before anyone reads it: lone
+surrogates replaced, control characters shown escaped, so it can reach no terminal or table raw.
 
 Guaranteed by the kernel: no network at all; of the host's files only the standard library (without
 installed packages) and /usr/lib, /usr/lib64 are readable, and none is writable; no other process
@@ -52,6 +57,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from harness.agent_api import one_line, safe_text
 
 WEAK_OPT_IN = "variant.sandbox.weak=true"
 TOOL_UIDS = range(1 << 30, (1 << 30) + (1 << 24))
@@ -91,31 +98,45 @@ class Sandbox:
         config = {"code": code, "argument": argument, "cpu_s": self.cpu_s, "memory_mb": self.memory_mb,
                   "output_bytes": self.output_bytes, "max_processes": self.max_processes}
         launch = _run_weak if self.isolation == "weak" else _run_kernel
-        stdout, result, failure = launch(config, self.wall_s)
-        if failure == "timeout":
-            failure = f"wall-time limit of {self.wall_s:g} s exceeded"
-        return self._result(stdout, result, failure)
+        try:
+            stdout, result, failure = launch(config, self.wall_s)
+            if failure == "timeout":
+                failure = f"wall-time limit of {self.wall_s:g} s exceeded"
+            return self._result(stdout, result, failure)
+        except Exception as error:  # a bug of ours or a host failure: the tool's attempt fails, no more
+            error_text = one_line(f"sandbox error: {type(error).__name__}: {error}")
+            return SandboxResult(ok=False, value=None, error=error_text, stdout="", isolation=self.isolation)
 
     async def arun(self, code: str, argument: str) -> SandboxResult:
         return await asyncio.to_thread(self.run, code, argument)
 
     def _result(self, raw: bytes, result: str | None, failure: str | None) -> SandboxResult:
-        stdout = raw[: self.output_bytes].decode(errors="replace")
+        stdout = safe_text(raw[: self.output_bytes].decode(errors="replace"))
         if failure is not None and len(raw) >= self.output_bytes:
             failure = f"output size limit of {self.output_bytes} bytes exceeded"  # writes fail with EFBIG
             stdout = stdout[-200:]
         if failure is None and result is not None:
-            try:
-                value = json.loads(result)["value"]
-                return SandboxResult(ok=True, value=value, error=None, stdout=stdout,
+            value = _result_value(result[: self.output_bytes])
+            if value is not None:
+                return SandboxResult(ok=True, value=safe_text(value), error=None, stdout=stdout,
                                      isolation=self.isolation)
-            except (ValueError, KeyError, TypeError):
-                failure = "no readable result"
+            failure = "no readable result"
         if failure is None:
             failure = "no result"
         last_line = next((line for line in reversed(stdout.strip().splitlines()) if line.strip()), "")
         error = f"{failure}: {last_line[:200]}" if last_line else failure
         return SandboxResult(ok=False, value=None, error=error[:500], stdout=stdout, isolation=self.isolation)
+
+
+def _result_value(result: str) -> str | None:
+    """The tool's value from its result file's text: `{"value": "<text>"}`, else None. The file is
+    the tool's to write, so any text at all may be there (nesting deep enough to exhaust the
+    parser's recursion included)."""
+    try:
+        value = json.loads(result)["value"]
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 @functools.cache
@@ -186,7 +207,10 @@ def _run_weak(config: dict[str, Any], wall_s: float) -> Report:
                 process.wait()
                 failure = "timeout"
         result_file = root / "result.json"
-        result = result_file.read_text(errors="replace") if result_file.is_file() else None
+        result = None
+        if result_file.is_file():
+            with result_file.open("rb") as file:
+                result = file.read(config["output_bytes"]).decode(errors="replace")
         return (root / "stdout.txt").read_bytes(), result, failure
 
 
@@ -196,7 +220,11 @@ def _exit_reason(code: int) -> str | None:
     if code < 0:
         names = {signal.SIGXCPU: "CPU-time limit exceeded", signal.SIGXFSZ: "output size limit exceeded",
                  signal.SIGKILL: "killed", signal.SIGSEGV: "crashed"}
-        return names.get(signal.Signals(-code), f"killed by signal {signal.Signals(-code).name}")
+        try:
+            number: signal.Signals | int = signal.Signals(-code)
+        except ValueError:  # a real-time signal (SIGRTMIN + n) has no name of its own
+            return f"killed by signal {-code}"
+        return names.get(number, f"killed by signal {number.name}")  # type: ignore[union-attr]
     return f"exited with code {code}"
 
 

@@ -29,6 +29,9 @@ class _Linux:
         248, 249, 250,  # add_key, request_key, keyctl
         321, 298, 323, 425, 426, 427,  # bpf, perf_event_open, userfaultfd, io_uring
         103, 135, 163, 167, 168, 169, 175, 176, 246, 303, 304, 313, 320,  # syslog .. kexec_file_load
+        # memory outside the address-space limit: SysV shared memory, semaphores and message queues,
+        # POSIX message queues, memfd
+        29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245, 319,
     )
     SYS_CLONE, SYS_CLONE3 = 56, 435
 
@@ -187,9 +190,10 @@ def _inside_build_root(config, call):
         if any(path.startswith(b + "/") for b in bound) and os.path.isdir(new + path):
             call("mount", b"tmpfs", (new + path).encode(), b"tmpfs",
                  k.MS_RDONLY | k.MS_NOSUID | k.MS_NODEV | k.MS_NOEXEC, b"size=4k,nr_inodes=1")
+    # /dev/null is an empty file of this root, read-only with it: never the host's device, whose
+    # times a tool could change and on which it could hold a lock the host then cannot take
     os.makedirs(new + "/dev")
     open(new + "/dev/null", "w").close()
-    _inside_bind(call, "/dev/null", new + "/dev/null", k.MS_NOEXEC)
     os.makedirs(new + "/work")
     uid = 0 if config["userns"] else config["uid"]
     options = f"size={config['work_mb']}m,nr_inodes=1000,mode=0700,uid={uid},gid={uid}"
@@ -225,7 +229,7 @@ def _inside_tool(config, call):
     """The tool process: descriptors, privileges, limits, seccomp, then the tool itself."""
     import os
 
-    null = os.open("/dev/null", os.O_RDWR)
+    null = os.open("/dev/null", os.O_RDONLY)
     out = os.open("stdout.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(null, 0)
     os.dup2(out, 1)
@@ -273,6 +277,7 @@ def _inside_limits(config, processes=None):
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues hold memory outside RLIMIT_AS
     if processes is not None:  # after setuid: the kernel counts the processes of the current uid
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
