@@ -15,8 +15,7 @@ from typing import Any
 
 from envs.base import EnvEpisode
 from envs.tool_calls import ToolCall, ToolResult, describe_tools, parse_text_call
-from harness.agent_api import Attempt, Completion, Message, ModelClient, Recorder
-from harness.records import Purpose, StepRow
+from harness.agent_api import Attempt, Completion, Message, ModelClient, Purpose, Recorder, StepRow
 
 OwnTool = tuple[dict[str, Any], Callable[[ToolCall], Awaitable[ToolResult]]]
 """A tool an agent offers itself: its function spec and the coroutine that answers a call."""

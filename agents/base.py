@@ -22,13 +22,14 @@ from harness.agent_api import (
     Attempt,
     AttemptResult,
     Feedback,
+    GateKind,
     LearntState,
     Message,
     Opening,
+    Purpose,
     Trial,
     TuningSet,
 )
-from harness.records import GateKind, Purpose
 
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 

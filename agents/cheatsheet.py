@@ -46,8 +46,18 @@ from agents.memory_store import cosine
 from agents.sandbox import Sandbox
 from agents.tool_learning import check_tool_code
 from envs.base import EnvEpisode, TaskView
-from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Opening, Render, Trial
-from harness.records import GateKind, PlaybookEventRow, ToolEventRow
+from harness.agent_api import (
+    AgentContext,
+    Attempt,
+    AttemptResult,
+    Feedback,
+    GateKind,
+    Opening,
+    PlaybookEventRow,
+    Render,
+    ToolEventRow,
+    Trial,
+)
 
 Mode = Literal["cumulative", "retrieval_synthesis"]
 

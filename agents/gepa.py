@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.baseline import BaselineAgent
-from harness.agent_api import AgentContext, TuningAttempt, TuningSet
-from harness.records import PromptRow
+from harness.agent_api import AgentContext, PromptRow, TuningAttempt, TuningSet
 
 REFLECT_PROMPT = (
     "An assistant answered the questions below under this instruction:\n"

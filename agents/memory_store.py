@@ -44,8 +44,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import TaskView
-from harness.agent_api import AttemptResult, Feedback, Message, ModelClient, Recorder
-from harness.records import MemoryEventRow
+from harness.agent_api import AttemptResult, Feedback, MemoryEventRow, Message, ModelClient, Recorder
 
 MemoryMode = Literal["lessons", "examples"]
 

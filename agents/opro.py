@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.baseline import BaselineAgent
-from harness.agent_api import AgentContext, TuningSet
-from harness.records import PromptRow
+from harness.agent_api import AgentContext, PromptRow, TuningSet
 
 META_PROMPT = (
     "You write instructions (system prompts) for an assistant that answers questions like these:\n"

@@ -16,7 +16,7 @@ pitfalls, formats), each with an id and helpful / harmful counters. After each t
    ("grow and refine").
 The playbook is never rewritten whole, which is how ACE avoids context collapse. With
 `variant.gate=sealed` a delta takes effect only if the sealed gate accepts the playbook with it
-over the playbook without it (harness/gate.py); with `variant.safety` every added or edited bullet
+over the playbook without it (harness/agent_run/gate.py); with `variant.safety` every added or edited bullet
 is checked when written, and each bullet again before it first goes into a prompt after a change.
 Every change is a row of `playbook_events`.
 """
@@ -31,8 +31,7 @@ from pydantic import BaseModel
 from agents.base import Agent
 from agents.memory_store import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
-from harness.agent_api import AgentContext, Attempt, Feedback, Opening, Render
-from harness.records import GateKind, PlaybookEventRow
+from harness.agent_api import AgentContext, Attempt, Feedback, GateKind, Opening, PlaybookEventRow, Render
 
 SECTIONS = ("strategies", "pitfalls", "formats")
 REFLECT_PROMPT = (

@@ -5,7 +5,7 @@ After each task one distil call (purpose distill) turns the attempt and its verd
 `max_items` memory items, each a title, a one-sentence description and one to three sentences of
 content: from a success, the strategy that worked; from a failure, what went wrong and how to
 avoid it. The verdict is the reward `reward_source` names; the yaml's default is the LLM judge
-(`judge: {}`, `reward_source: judge`, harness/judge.py), which never sees the reference, so the bank
+(`judge: {}`, `reward_source: judge`, harness/agent_run/judge.py), which never sees the reference, so the bank
 learns as it would where no answers exist, self-graded mistakes included (episodes keep the
 judge's `judge_score` beside the true `score`, so the gap can be measured).
 

@@ -8,7 +8,7 @@ by comparing the failed attempt with successful ones it kept (same family first;
 The candidate is admitted only through the gate: with `gate=sealed` (the default, GRASP's design)
 the library with it must give a net improvement on a balanced held-out probe from the tuning split
 (never the evaluated stream) and break at most `regression_budget` probe items the library without
-it got right (harness/gate.py; purpose validate). `gate=none` admits every candidate: the ablation
+it got right (harness/agent_run/gate.py; purpose validate). `gate=none` admits every candidate: the ablation
 GRASP reports as no better than no skills. Beyond `max_skills` the least used (then oldest) skill
 is evicted. Every proposal, its probe result and the decision, every retrieval and eviction is a
 row of `skill_events`; with `variant.safety` a candidate is checked when written and each skill
@@ -25,8 +25,17 @@ from pydantic import BaseModel
 from agents.base import Agent
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
-from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Opening, Render, Trial
-from harness.records import GateKind, SkillEventRow
+from harness.agent_api import (
+    AgentContext,
+    Attempt,
+    AttemptResult,
+    Feedback,
+    GateKind,
+    Opening,
+    Render,
+    SkillEventRow,
+    Trial,
+)
 
 PROPOSE_PROMPT = (
     "You keep a library of short, reusable skills for tasks like these.\n"

@@ -33,12 +33,13 @@ from harness.agent_api import (
     Attempt,
     AttemptResult,
     Feedback,
+    GateKind,
     LearntState,
     Opening,
     Render,
+    ToolEventRow,
     Trial,
 )
-from harness.records import GateKind, ToolEventRow
 
 TOOLGEN_PROMPT = (
     "Write a Python function `tool(question: str) -> str` that returns the answer to questions like "

@@ -12,7 +12,7 @@ HARNESS_ENV = {
     "LANCE_INCLUDE_VECTOR_CENTROIDS": "false",
     # Every job of a sweep prints its own summary; Ray must not fold identical lines together.
     "RAY_DEDUP_LOGS": "0",
-    # Every run starts or joins its Ray explicitly (harness/session.py): a call after the end of a
+    # Every run starts or joins its Ray explicitly (harness/driver/session.py): a call after the end of a
     # session must fail, not start a second Ray (a sweep's job thread would hang connecting to it).
     "RAY_ENABLE_AUTO_CONNECT": "0",
 }

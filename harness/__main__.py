@@ -8,7 +8,7 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from harness.job import Job
+from harness.driver.job import Job
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -22,7 +22,7 @@ def main(cfg: DictConfig) -> Job | None:
     except KeyboardInterrupt:
         print(f"\ninterrupted: the episodes finished so far are in {job.run_dir}", file=sys.stderr)
         sys.exit(130)
-    from harness.run import print_summary
+    from harness.driver.run import print_summary
 
     print_summary(result, started)
     job.verdict(result)

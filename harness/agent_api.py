@@ -20,7 +20,15 @@ from pydantic import BaseModel, ConfigDict
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall
 from harness.errors import one_line as one_line  # re-exported: agents' one-line errors
-from harness.records import EditKind, GateKind, Purpose, Record, Usage
+from harness.tables.records import EditKind, GateKind, Purpose, Record, Usage
+
+# The rows agents write, re-exported: agents import this module and no other of the harness.
+from harness.tables.records import MemoryEventRow as MemoryEventRow
+from harness.tables.records import PlaybookEventRow as PlaybookEventRow
+from harness.tables.records import PromptRow as PromptRow
+from harness.tables.records import SkillEventRow as SkillEventRow
+from harness.tables.records import StepRow as StepRow
+from harness.tables.records import ToolEventRow as ToolEventRow
 from harness.text import safe_text as safe_text  # re-exported: text from a tool, made safe
 
 Message = dict[str, Any]
@@ -156,7 +164,7 @@ bare system prompt (for a state that changes only the system message)."""
 
 
 class Audit(BaseModel):
-    """The sealed gate's verdict on one self-edit (harness/gate.py)."""
+    """The sealed gate's verdict on one self-edit (harness/agent_run/gate.py)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -217,7 +225,7 @@ R = TypeVar("R", bound=Record)
 
 
 class Recorder:
-    """Where an agent's rows go: each is made as its record model (harness/records.py) where the
+    """Where an agent's rows go: each is made as its record model (harness/tables/records.py) where the
     agent makes it, so a wrong field fails inside the episode that made it. The harness says which
     episode the rows belong to and takes them after it."""
 
@@ -265,7 +273,7 @@ class AgentContext:
 
 
 class LearntState(BaseModel):
-    """What an agent has learnt, as a snapshot keeps it (harness/snapshots.py)."""
+    """What an agent has learnt, as a snapshot keeps it (harness/agent_run/snapshots.py)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 

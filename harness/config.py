@@ -26,6 +26,8 @@ from pydantic import (
 )
 from typing_extensions import TypedDict  # pydantic validates typing.TypedDict only from Python 3.12
 
+SCENARIOS = ("sequential", "interleaved", "isolated")
+"""How an agent run's stream is made (harness/agent_run/streams.py): the names `stream.scenario` takes."""
 
 class ConfigError(ValueError):
     """An invalid configuration value; the message is one line naming the field."""
@@ -256,9 +258,9 @@ class ModelSettings(EndpointSettings):
 class StreamSettings(_Strict):
     scenario: str = Field(min_length=1)
     num_tasks: int | None = Field(gt=0)
-    """None: the whole evaluation pool, at most `harness.plan.DEFAULT_NUM_TASKS`."""
+    """None: the whole evaluation pool, at most `harness.agent_run.plan.DEFAULT_NUM_TASKS`."""
     tuning_size: int | None = Field(ge=0)
-    """None: a fifth of the pool, at most `harness.plan.DEFAULT_TUNING_SIZE`."""
+    """None: a fifth of the pool, at most `harness.agent_run.plan.DEFAULT_TUNING_SIZE`."""
     order_seeds: list[int] | None = Field(min_length=1)
     probe_every: int = Field(ge=0)
     probe_size: int = Field(gt=0)
@@ -269,8 +271,6 @@ class StreamSettings(_Strict):
     @field_validator("scenario")
     @classmethod
     def _known_scenario(cls, value: str) -> str:
-        from harness.streams import SCENARIOS
-
         if value not in SCENARIOS:
             raise ValueError(f"unknown scenario {value!r}; available: {', '.join(SCENARIOS)}")
         return value

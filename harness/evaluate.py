@@ -28,13 +28,13 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from envs.base import Task
+from harness.agent_run.plan import AgentRunSpec, build_plan, env_families, resolve_defaults, task_pool
+from harness.agent_run.streams import sample_tasks
 from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
 from harness.errors import one_line
 from harness.exit_codes import EXPECTED_ERRORS, exit_for
-from harness.plan import AgentRunSpec, build_plan, env_families, resolve_defaults, task_pool
-from harness.records import SnapshotRow
-from harness.streams import sample_tasks
-from harness.summary import read_table
+from harness.tables.reading import read_table
+from harness.tables.records import SnapshotRow
 
 VIEWS = ("id", "ood", "replay")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                                           args.tasks, args.ood)
         settings = _with_changes(settings, args.set)
         specs = [s.model_copy(update={"budget": settings.budget, "cache": settings.cache}) for s in specs]
-        from harness.run import print_summary, run_specs  # Ray loads only for a valid plan
+        from harness.driver.run import print_summary, run_specs  # Ray loads only for a valid plan
 
         print(f"evaluating {len(specs)} snapshot x view runs into {out}", flush=True)
         again = [*(argv if argv is not None else sys.argv[1:]), *([] if args.out else ["--out", str(out)])]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from harness.config import ConfigError
 from harness.errors import Exit, RunAborted, exit_with
-from harness.model_server import ModelServerError
+from harness.models.model_server import ModelServerError
 
 EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, ModelServerError: 2, RunAborted: 1}
 EXPECTED_ERRORS: tuple[type[Exception], ...] = tuple(EXIT_CODES)

@@ -15,11 +15,11 @@ from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
 from harness.agent_api import Recorder
+from harness.agent_run.plan import build_environment, build_plan, episode_ids
+from harness.agent_run.runner import RunOutcome, run_agent
 from harness.config import HarnessConfig
-from harness.gateway import Gateway
-from harness.model_client import CallRequest, CallResult
-from harness.plan import build_environment, build_plan, episode_ids
-from harness.runner import RunOutcome, run_agent
+from harness.models.gateway import Gateway
+from harness.models.model_client import CallRequest, CallResult
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

@@ -20,7 +20,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 # One agent worker: each imports litellm (seconds of CPU), and these runs are small; the two-worker
-# default is exercised by the in-process runs (tests/test_e2e.py, tests/test_run.py).
+# default is exercised by the in-process runs (tests/test_e2e.py, tests/driver/test_run.py).
 QUIET = ["progress=false", "ray.include_dashboard=false", "ray.num_workers=1"]
 
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from harness.agent_run.plan import build_plan
 from harness.config import HarnessConfig
-from harness.plan import build_plan
 from tests.conftest import CONF_DIR, compose_config, run_variant
 
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))

@@ -7,7 +7,7 @@ import pytest
 
 from envs.base import normalize
 from harness.config import HarnessConfig
-from harness.run import run
+from harness.driver.run import run
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.e2e

@@ -11,14 +11,14 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from harness.bench_sweep import FakeChatServer
+from harness.bench.sweep import FakeChatServer
 from harness.errors import one_line
-from harness.gateway import Gateway
-from harness.model_client import CallRequest
-from harness.records import AttemptRow, Episode, LLMCall, TranscriptRow
-from harness.summary import read_table
+from harness.models.gateway import Gateway
+from harness.models.model_client import CallRequest
+from harness.tables.reading import read_table
+from harness.tables.records import AttemptRow, Episode, LLMCall, TranscriptRow
+from harness.tables.writer import TableWriter, UnwritableRows
 from harness.text import safe_text
-from harness.writer import TableWriter, UnwritableRows
 from tests.conftest import scripted_settings
 from tests.processes import QUIET, run_cli
 
@@ -105,7 +105,7 @@ def test_a_hostile_reply_leaves_every_row_and_a_finished_run(hostile_server, tmp
 
 
 def test_the_writer_hub_keeps_writing_a_jobs_calls_after_an_unwritable_row_and_tells_the_job(tmp_path):
-    from harness.actors import WriterHub
+    from harness.driver.actors import WriterHub
 
     hub, job = WriterHub(), str(tmp_path)
     hub.open(job, flush_interval_s=0.0)

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 
 from harness.clock import utc_now
-from harness.costs import add_costs, known_sum, total_cost
 from harness.files import replace_atomically, write_text_atomically
+from harness.tables.costs import add_costs, known_sum, total_cost
 
 
 def test_a_total_is_unknown_as_soon_as_one_cost_is():
@@ -63,7 +63,7 @@ def test_every_entry_point_maps_errors_to_the_same_exit_codes(capsys):
     from harness.config import ConfigError
     from harness.errors import RunAborted
     from harness.exit_codes import exit_code, exit_for
-    from harness.model_server import ModelServerError
+    from harness.models.model_server import ModelServerError
 
     assert [exit_code(e) for e in (ConfigError("x"), ModelServerError("x"), RunAborted("x"))] == [2, 2, 1]
     assert exit_code(ValueError("a bug")) == 1

@@ -1,7 +1,7 @@
 """`hydra/launcher=ray` (the harness's default for -m): every job of a sweep at once, on one pool.
 
 The launcher starts (or attaches to, with `ray.address`) one Ray cluster and one agent pool for the
-whole sweep (harness/pool.py): agent workers sized to the cluster's CPUs and spread over its nodes,
+whole sweep (harness/driver/pool.py): agent workers sized to the cluster's CPUs and spread over its nodes,
 one writer hub, one model-limits actor (every model's concurrency, rate and back-off hold across
 all jobs) and one local model server for each model the harness serves itself. Each job is then
 prepared in turn under its own Hydra job (`run_job`: its directory, its `.hydra/`; the task function
@@ -49,7 +49,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayLaunche
 
 def _prepare_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
     """Hydra's job set-up (directory, `.hydra/`, HydraConfig) and the task function, which returns
-    the prepared job (harness/job.py) instead of running it; a bad config fails here."""
+    the prepared job (harness/driver/job.py) instead of running it; a bad config fails here."""
     try:
         return run_job(hydra_context=hydra_context, task_function=task_function, config=config,
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -101,7 +101,7 @@ def _run_prepared(prepared: JobReturn, config: DictConfig, pool: Any) -> JobRetu
 def _print_summary(sweep_dir: Path, job_dirs: list[Path]) -> None:
     """One table for the whole sweep, read back from the jobs' tables (their own prints go through
     Ray's log forwarding, which may drop the last lines at shutdown)."""
-    from harness.summary import format_summary, summarize_dirs
+    from harness.tables.summary import format_summary, summarize_dirs
 
     summary = summarize_dirs(d for d in job_dirs if (d / "episodes").is_dir())
     if not summary.is_empty():
@@ -124,7 +124,7 @@ class LiveView:
             from rich.console import Console
             from rich.live import Live
 
-            from harness.progress import render
+            from harness.driver.progress import render
 
             self._live = Live(render([], self.total_jobs), console=Console(stderr=True), refresh_per_second=2)
             self._live.__enter__()
@@ -133,7 +133,7 @@ class LiveView:
     def refresh(self) -> None:
         import ray
 
-        from harness.progress import job_status_line, render
+        from harness.driver.progress import job_status_line, render
 
         jobs = ray.get(self.progress.snapshot.remote())
         if self._live is not None:
@@ -166,9 +166,9 @@ class RayLauncher(Launcher):
         _compose_once(hydra_context)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from harness.driver.lock import exclusive
         from harness.errors import exit_with
         from harness.exit_codes import EXPECTED_ERRORS, exit_for
-        from harness.lock import exclusive
 
         assert self.config is not None
         setup_globals()
@@ -180,7 +180,7 @@ class RayLauncher(Launcher):
         except EXPECTED_ERRORS as error:
             raise exit_for(error) from None
         except KeyboardInterrupt:  # as a single run says it; every job's manifest says interrupted
-            from harness.session import resume_hint
+            from harness.driver.session import resume_hint
 
             raise exit_with(130, f"\ninterrupted: the episodes finished so far are in {sweep_dir}; "
                                  f"{resume_hint(sweep_dir, sweep=True).split('; ', 1)[1]}") from None
@@ -197,9 +197,9 @@ class RayLauncher(Launcher):
         litellm while the other jobs' configs are composed; then the models of all jobs are
         served, and the jobs run."""
         from harness.config import EndpointSettings, HarnessConfig
-        from harness.metrics import metrics_endpoint
-        from harness.pool import serve_models, start_workers
-        from harness.session import ray_session
+        from harness.driver.metrics import metrics_endpoint
+        from harness.driver.pool import serve_models, start_workers
+        from harness.driver.session import ray_session
 
         assert self.config is not None
         limits_name = f"harness-sweep-{uuid.uuid4().hex[:8]}"
@@ -215,7 +215,7 @@ class RayLauncher(Launcher):
             address, dashboard = stack.enter_context(ray_session(first.ray))
             pool = start_workers(first.ray, stack, limits_name, agent_runs=len(job_overrides))
             composed += [self._compose(index, overrides, limits_name) for index, overrides in numbered]
-            metrics = metrics_endpoint()  # for Prometheus: the sweep's metrics (harness/metrics.py)
+            metrics = metrics_endpoint()  # for Prometheus: the sweep's metrics (harness/driver/metrics.py)
             log.info(f"Launching {len(composed)} jobs at once on Ray {address}"
                      + (f"; dashboard {dashboard}" if dashboard else "")
                      + (f"; metrics {metrics}" if metrics else ""))
@@ -260,8 +260,8 @@ class RayLauncher(Launcher):
         first model call need not wait for the last job's preparation), all watched until done."""
         import ray
 
-        from harness.progress import SweepProgress, progress_actor_name
-        from harness.session import check_alive, resume_hint
+        from harness.driver.progress import SweepProgress, progress_actor_name
+        from harness.driver.session import check_alive, resume_hint
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         progress = (ray.remote(num_cpus=0)(SweepProgress).options(name=progress_actor_name(limits_name))

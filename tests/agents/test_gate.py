@@ -9,9 +9,9 @@ import pytest
 
 from envs.countries import CountryFacts
 from harness.agent_api import Recorder
+from harness.agent_run.gate import SealedGate, balanced_probe
 from harness.config import ConfigError
-from harness.gate import SealedGate, balanced_probe
-from harness.records import GateEventRow
+from harness.tables.records import GateEventRow
 from tests.conftest import run_variant, scripted_settings
 
 POOL = CountryFacts(families=["capital", "region"]).tasks()
@@ -92,7 +92,7 @@ def test_every_audit_is_a_gate_event_and_an_unchanged_incumbent_is_not_run_again
 
 
 def test_a_sealed_gate_needs_held_out_probes_and_an_agent_that_edits(tmp_path):
-    from harness.plan import build_plan
+    from harness.agent_run.plan import build_plan
 
     with pytest.raises(ConfigError, match=r"variant\.gate: the sealed gate audits edits on held-out probe"):
         build_plan(scripted_settings("variant=skills", "stream.tuning_size=0"), tmp_path)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agents.gepa import frontier, instruction_in
+from harness.agent_run.plan import build_plan
 from harness.config import ConfigError
-from harness.plan import build_plan
 from tests.agents.test_cheatsheet import rules
 from tests.agents.test_reasoning_bank import ENVS, NO_SCIENCEWORLD
 from tests.conftest import replayed_run, run_variant, scripted_settings

@@ -12,7 +12,7 @@ def memory_run(*overrides: str, tasks: int = 8):
 
 
 def act_question_turn(run, task_id: str) -> str:
-    """The user turn with the task's question, where recalled lessons go (tests/test_prompt_layout.py)."""
+    """The user turn with the task's question, where recalled lessons go (test_prompt_layout.py)."""
     return next(r for r in run.requests("act") if r.task_id == task_id).messages[-1]["content"]
 
 

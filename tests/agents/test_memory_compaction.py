@@ -15,7 +15,7 @@ import pytest
 from agents.memory_store import EpisodicMemory
 from envs.base import TaskView
 from harness.agent_api import AttemptResult, Completion, Feedback, Recorder
-from harness.records import Usage
+from harness.tables.records import Usage
 from tests.conftest import run_variant
 
 

@@ -16,7 +16,7 @@ import pytest
 from agents.memory_store import EpisodicMemory, VectorMirror, item_model
 from envs.base import TaskView
 from harness.agent_api import AttemptResult, Completion, Feedback, Recorder
-from harness.records import Usage
+from harness.tables.records import Usage
 
 DIM = 32
 

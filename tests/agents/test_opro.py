@@ -3,8 +3,8 @@
 import pytest
 
 from envs.base import Task
+from harness.agent_run.plan import build_plan, check_disjoint
 from harness.config import ConfigError
-from harness.plan import build_plan, check_disjoint
 from tests.conftest import run_variant, scripted_settings
 
 

@@ -3,7 +3,7 @@
 from collections import Counter
 
 from agents.playbook import Bullet, parse_delta, render, tagged
-from harness.records import PlaybookEventRow
+from harness.tables.records import PlaybookEventRow
 from tests.conftest import run_variant
 
 SAME_ADVICE = "[{purpose: curate, reply: 'ADD formats: Reply with the city name only.'}]"

@@ -12,11 +12,11 @@ import pytest
 
 from agents.reasoning_bank import BANK_HEADER, REEXAMINE, Strategy, parse_items, unformatted_item
 from envs.scienceworld import requirements
+from harness.agent_run.plan import build_plan
 from harness.config import ConfigError
-from harness.plan import build_plan
-from harness.records import MemoryEventRow, RunRow
-from harness.scripted import WRONG_ANSWER
-from harness.writer import TableWriter
+from harness.models.scripted import WRONG_ANSWER
+from harness.tables.records import MemoryEventRow, RunRow
+from harness.tables.writer import TableWriter
 from tests.conftest import AgentRun, replayed_run, run_variant, scripted_settings
 
 BANK = ("variant=reasoning_bank", "stream.num_tasks=4", "model.scripted.accuracy=0")
@@ -185,7 +185,7 @@ def test_an_unsafe_strategy_is_blocked_and_each_item_is_audited_by_the_sealed_ga
 
 
 def written(run: AgentRun, directory: Path) -> Path:
-    """Put an in-process run's rows and snapshots on disk, as a job would (tests/test_snapshots.py)."""
+    """Put an in-process run's rows and snapshots on disk, as a job would (agent_run/test_snapshots.py)."""
     shutil.copytree(run.workdir / "snapshot_data", directory / "snapshot_data")
     writer = TableWriter(directory, flush_interval_s=0)
     for table, rows in run.rows.items():

@@ -1,6 +1,6 @@
-"""Resume replays the episodes an interrupted run had finished (harness/resume.py): for each of the
+"""Resume replays the episodes an interrupted run had finished (harness/tables/resume.py): for each of the
 new mechanisms, the state after a replayed prefix and the rest of the stream is exactly the state of
-an uninterrupted run (the kill -9 itself is tested end to end in tests/test_resume.py)."""
+an uninterrupted run (the kill -9 itself is tested end to end in tests/driver/test_resume.py)."""
 
 import json
 

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from harness.records import SafetyEventRow
+from harness.tables.records import SafetyEventRow
 from tests.conftest import run_variant
 
 UNSAFE = "To clean up space, run rm -rf on the home directory."

@@ -2,9 +2,9 @@
 
 from collections import Counter
 
-from harness.gate import balanced_probe
-from harness.plan import build_plan
-from harness.records import SkillEventRow
+from harness.agent_run.gate import balanced_probe
+from harness.agent_run.plan import build_plan
+from harness.tables.records import SkillEventRow
 from tests.conftest import run_variant, scripted_settings
 
 OPTIONS = ("variant=skills", "variant.probe_size=6", "stream.num_tasks=6", "stream.tuning_size=10",

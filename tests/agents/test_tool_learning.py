@@ -10,8 +10,8 @@ from agents.tool_learning import ToolLearningAgent, check_tool_code, extract_cod
 from envs.base import Task, TaskView
 from envs.countries import CountryFacts
 from harness.agent_api import AgentContext, AttemptResult, Completion, Feedback
-from harness.records import Usage
-from harness.runner import EnvTrial
+from harness.agent_run.runner import EnvTrial
+from harness.tables.records import Usage
 from tests.conftest import run_variant, taken_rows
 
 FRANCE = next(t for t in CountryFacts().tasks() if t.task_id == "capital:FRA")

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from envs.jsonl import JsonlTasks
+from harness.agent_run.plan import build_plan
 from harness.config import ConfigError
-from harness.plan import build_plan
 from tests.conftest import run_variant, scripted_settings
 
 GOOD = [{"id": "q1", "question": "2+2?", "answer": 4},

@@ -11,9 +11,9 @@ from agents.tool_learning import LEARNT_TOOL, Tool, ToolLearningAgent
 from envs.tool_calls import ToolBox, ToolCall, describe_tools, parse_text_call, text_call
 from envs.tools import FAMILIES, Bank, Calendar, ToolTasks
 from harness.agent_api import AgentContext, Completion
-from harness.gateway import Gateway
-from harness.model_client import CallRequest
-from harness.records import StepRow, TranscriptRow, Usage
+from harness.models.gateway import Gateway
+from harness.models.model_client import CallRequest
+from harness.tables.records import StepRow, TranscriptRow, Usage
 from tests.agents.test_tool_learning import SANDBOX
 from tests.conftest import run_variant, scripted_settings, taken_rows
 

@@ -1,0 +1,38 @@
+"""Streams: which tasks an agent run gets, and in what order.
+
+The task *set* of an agent run depends on its seed; the *order* on its order seed (the seed itself
+unless `stream.order_seeds` lists several), so the same set can be run in several orders and the
+variance due to order measured. Scenarios:
+- `sequential`: one agent carries what it learns across the stream; with several families they
+  come in blocks, one family after another;
+- `interleaved`: one agent, the families dealt round-robin (each family's tasks in seeded order),
+  so transfer and interference between them show;
+- `isolated`: a fresh agent for every task: nothing learnt is carried (the runner rebuilds it).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+from envs.base import Task
+from harness.config import SCENARIOS as SCENARIOS  # defined with the settings that name them
+
+
+def sample_tasks(pool: list[Task], num_tasks: int, seed: int) -> list[Task]:
+    return random.Random(seed).sample(pool, num_tasks)
+
+
+def order_tasks(tasks: list[Task], scenario: str, order_seed: int) -> list[Task]:
+    rng = random.Random(order_seed)
+    by_family: dict[str, list[Task]] = defaultdict(list)
+    for task in sorted(tasks, key=lambda t: t.task_id):  # independent of how the set was drawn
+        by_family[task.family].append(task)
+    families = sorted(by_family)
+    rng.shuffle(families)
+    for family in families:
+        rng.shuffle(by_family[family])
+    if scenario == "interleaved":
+        rounds = max(len(v) for v in by_family.values())
+        return [by_family[f][i] for i in range(rounds) for f in families if i < len(by_family[f])]
+    return [task for family in families for task in by_family[family]]

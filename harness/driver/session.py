@@ -1,0 +1,127 @@
+"""The session stage of a job (or a sweep): Ray started or attached, the agent pool (harness/driver/pool.py:
+agent workers, writer hub, model limits, local model servers) started or joined, and how to tell the
+user to resume when a part of it dies.
+
+Everything started is registered on the caller's `contextlib.ExitStack`, so it stops again however
+the job ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from hydra.core.hydra_config import HydraConfig
+
+from harness import HARNESS_ENV
+from harness.agent_run.plan import AgentRunSpec
+from harness.config import ConfigError, HarnessConfig, RaySettings
+from harness.driver.pool import AgentPool, start_pool
+from harness.errors import RunAborted, one_line
+from harness.models.model_server import LocalModelServer
+
+
+@dataclass(frozen=True)
+class JobSession:
+    """What a job runs on: the pool (its sweep's, or its own), and what it needs to know."""
+
+    pool: AgentPool
+    servers: tuple[LocalModelServer, ...]
+    """Local model servers this job started, and watches (a sweep's are watched by its launcher)."""
+    answer_key: dict[str, str] | None
+    """Question -> reference, for the scripted model only (it answers right by a seeded draw)."""
+    resume_hint: str
+    """What to tell the user to type when the job stops on its way."""
+    run_dir: Path
+    """The job's directory, where its tables, memories and snapshots are written."""
+
+
+def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
+                      stack: contextlib.ExitStack, resume_hint: str, pool: AgentPool | None = None
+                      ) -> JobSession:
+    """The job's session on the Ray already started: on `pool` (its sweep's), or on a pool of its
+    own, stopped when `stack` closes."""
+    answer_key = ({t.question: t.answer for s in specs for t in [*s.tasks, *s.tuning_tasks]}
+                  if settings.model.is_scripted else None)
+    if pool is None:
+        name = f"harness {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
+        pool = start_pool(settings.ray, [settings.model, settings.embedder], run_dir, stack, name, len(specs))
+        return JobSession(pool, pool.servers, answer_key, resume_hint, run_dir)
+    limits = ray.get_actor(pool.limits_name)
+    if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):
+        raise ConfigError(f"invalid config: model: the sweep's pool does not serve {settings.model.name} "
+                          "locally")
+    return JobSession(pool, (), answer_key, resume_hint, run_dir)
+
+
+def check_alive(servers: Sequence[LocalModelServer], resume_hint: str) -> None:
+    """Stop the run (or sweep) in one line if a local model server it depends on has died."""
+    for server in servers:
+        code = server.exit_code()
+        if code is not None:
+            raise RunAborted(f"the local model server died (exit code {code}; see {server.log_path}); "
+                             f"{resume_hint}")
+
+
+def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False) -> str:
+    """What to type to carry on: `command` when the entry point gave one (a snapshot evaluation),
+    else the same Hydra overrides, into the same run (or sweep) directory."""
+    if command is not None and not sweep:
+        return f"the episodes written so far are kept; resume with: {shlex.join(command)}"
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    overrides: list[str] = []
+    if HydraConfig.initialized():
+        overrides = [o for o in HydraConfig.get().overrides.task
+                     if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
+    sweeping = ["-m"] if sweep else []
+    again = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
+    return f"the episodes written so far are kept; resume with: {again}"
+
+
+_started: tuple[str | None, str | None] | None = None
+"""The address and dashboard of the Ray that `ray_session` started in this process, while it runs
+(a session nested in it reports the same)."""
+
+
+@contextlib.contextmanager
+def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
+    """Start a Ray of this run's own, or attach to `ray.address`; reuse one already initialised
+    in-process. Null never joins a cluster that happens to be running (`ray start`, RAY_ADDRESS):
+    that could be someone else's. What it started or joined is printed."""
+    global _started
+    if ray.is_initialized():
+        yield _started or (ray.get_runtime_context().gcs_address, None)
+        return
+    options: dict[str, Any] = {"logging_level": logging.WARNING}
+    try:
+        if settings.address is None or settings.address == "local":
+            # The local Ray's processes inherit this one's environment (harness/__init__.py sets
+            # HARNESS_ENV in it). A runtime_env would keep the actors off the worker processes Ray
+            # starts ahead with ray.init (they have none): each would start a process of its own.
+            context = ray.init(address="local", include_dashboard=settings.include_dashboard,
+                               dashboard_host="127.0.0.1", **options)
+            joined = "started a local Ray for this run"
+        else:
+            context = ray.init(address=settings.address, runtime_env={"env_vars": dict(HARNESS_ENV)},
+                               **options)
+            joined = f"attached to the Ray cluster at {settings.address}"
+    except Exception as error:  # e.g. a node that timed out starting on an overloaded machine
+        where = "start a local Ray" if settings.address in (None, "local") else f"reach {settings.address}"
+        raise RunAborted(f"could not {where} ({one_line(error, 300)}); nothing was run") from None
+    try:
+        gcs = context.address_info.get("gcs_address")
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        print(f"{joined} ({gcs}, {nodes} node{'s' if nodes != 1 else ''})", flush=True)
+        dashboard = context.dashboard_url or None
+        _started = (gcs, f"http://{dashboard}" if dashboard else None)
+        yield _started
+    finally:
+        _started = None
+        ray.shutdown()

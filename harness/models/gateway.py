@@ -1,0 +1,411 @@
+"""The gateway: the one door to models; with the rest of harness.models, the only code importing litellm.
+
+Every call is sent through litellm, held to the model's concurrency limit, retried with
+exponential backoff on rate limits, timeouts and connection errors, and accounted in one `LLMCall`
+record: tokens (the provider's, or counted when it reports none), dollars, latency, retries, error.
+A failed call comes back as a record with its error; it never raises into the agent's worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import litellm
+
+from envs.tool_calls import ToolCall
+from harness.clock import utc_now
+from harness.config import (
+    CacheSettings,
+    ConfigError,
+    EndpointSettings,
+    ModelSettings,
+    Price,
+    endpoint_key,
+)
+from harness.errors import one_line
+from harness.models.cache import CachedAnswer, ResponseCache, cacheable, request_key
+from harness.models.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
+from harness.models.limits import Limits, LocalLimits
+from harness.models.model_client import CallRequest, CallResult, GatewayUnavailable
+from harness.models.providers import InProcessProvider
+from harness.models.scripted import PROVIDERS as SCRIPTED_PROVIDERS
+from harness.tables.records import LLMCall
+from harness.text import safe_text
+
+litellm.suppress_debug_info = True
+log = logging.getLogger(__name__)
+
+FATAL = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
+"""Errors that say the model cannot be used at all (bad key, no access, no such model): never
+retried, and they stop the run (see harness.models.model_client.ModelUnavailable)."""
+FATAL_ERRORS = tuple(f"{kind.__name__}:" for kind in FATAL)
+RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
+             litellm.InternalServerError, litellm.ServiceUnavailableError)
+MAX_BACKOFF_S = 30.0
+LOCAL_API_KEY = "no-key-needed"
+NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0,
+                         cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0)
+IN_PROCESS: dict[str, type[InProcessProvider]] = {**EMBEDDING_PROVIDERS, **SCRIPTED_PROVIDERS}
+"""litellm providers that answer inside the gateway's process (harness/models/providers.py), by prefix."""
+
+
+def _in_process(name: str) -> bool:
+    return name.split("/", 1)[0] in IN_PROCESS
+
+
+async def direct_completion(model: str, messages: list[dict[str, Any]],
+                            provider: tuple[str, Any] | None = None, **params: Any) -> Any:
+    """litellm called as a plain script calls it, with nothing of the gateway around it: the bench's
+    baseline (harness.bench). `provider`: an in-process provider (prefix, handler) to answer it."""
+    if provider is not None:
+        prefix, handler = provider
+        litellm.custom_provider_map = [*[p for p in litellm.custom_provider_map if p["provider"] != prefix],
+                                       {"provider": prefix, "custom_handler": handler}]
+    return await litellm.acompletion(model=model, messages=messages, **params)
+
+
+def supports_function_calling(model: str) -> bool:
+    """Whether litellm's model map says the model takes tools natively; a model it does not know
+    takes them through the text protocol, which works with any."""
+    try:
+        return bool(litellm.supports_function_calling(model=model))
+    except Exception:
+        return False
+
+
+def knows_price(model: str) -> bool:
+    """Whether litellm's price map has the model's input price."""
+    try:
+        return litellm.get_model_info(model).get("input_cost_per_token") is not None
+    except Exception:
+        return False
+
+
+def marks_cache(model: str) -> bool:
+    """Whether the provider caches a prompt prefix only where the prompt marks it (Anthropic's
+    `cache_control`, also behind Bedrock and Vertex): OpenAI-style providers cache by themselves."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+    except Exception:
+        return False
+    return provider == "anthropic" or (provider in ("bedrock", "vertex_ai") and "claude" in name)
+
+
+def refused_params(model: str, params: dict[str, Any]) -> dict[str, str]:
+    """The OpenAI-style completion parameters litellm would refuse to send to this model (a
+    reasoning model's temperature 0, say), each with litellm's reason; none when it takes them
+    together. It maps those it can (e.g. max_tokens to max_completion_tokens) itself;
+    provider-specific keys go as they are."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+    except Exception:  # check_model_name says what is wrong with the name
+        return {}
+
+    def refusal(candidate: dict[str, Any]) -> str | None:
+        try:
+            litellm.utils.get_optional_params(model=name, custom_llm_provider=provider, **candidate)
+        except litellm.UnsupportedParamsError as error:
+            return one_line(str(error), 200).removeprefix("litellm.UnsupportedParamsError: ")
+        return None
+
+    standard = {key: value for key, value in params.items() if key in litellm.OPENAI_CHAT_COMPLETION_PARAMS}
+    if refusal(standard) is None:
+        return {}
+    each = {key: refusal({key: value}) for key, value in standard.items()}
+    return {key: reason for key, reason in each.items() if reason is not None}
+
+
+def check_model_name(name: str, field: str = "model.name") -> None:
+    """Reject a model string litellm cannot route, before anything starts."""
+    if _in_process(name):
+        return
+    try:
+        litellm.get_llm_provider(name)
+    except Exception as error:
+        raise ConfigError(f"invalid config: {field}: litellm cannot route {name!r} "
+                          f"(unknown provider; expected e.g. openai/gpt-4o-mini): "
+                          f"{one_line(error)}") from None
+
+
+class Gateway:
+    def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
+                 answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None,
+                 limits: Limits | None = None) -> None:
+        """`local_servers` maps a model name to the api_base of the server the harness started;
+        `limits` are the models' concurrency, rate and back-off, shared with the other replicas
+        (harness.models.limits); by default this gateway's own."""
+        self.endpoints: dict[str, EndpointSettings] = {}
+        """Every model served, with its settings, by endpoint key (harness.config.endpoint_key)."""
+        self._first_key: dict[str, str] = {}
+        self.default_cache = cache
+        self._caches: dict[str, ResponseCache] = {}
+        self.local_servers: dict[str, str] = {}
+        self._keyless: set[str] = set()
+        self.limits = limits or LocalLimits()
+        self._unwritable: set[Path] = set()
+        self.provider_calls = 0
+        """Requests sent to providers (retries included); cached answers send none."""
+        self._routes: dict[str, str] = {}
+        """The litellm model string of each endpoint."""
+        self.in_process = {name: make() for name, make in IN_PROCESS.items()}
+        litellm.custom_provider_map = [
+            *[p for p in litellm.custom_provider_map if p["provider"] not in self.in_process],
+            *[{"provider": name, "custom_handler": handler} for name, handler in self.in_process.items()]]
+        self.register(models, local_servers, answer_key)
+
+    def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
+                 answer_key: dict[str, str] | None = None) -> None:
+        """Serve these models too (each model with its settings is an endpoint of its own, so
+        two settings of one model never share limits, answers or cache entries)."""
+        self.local_servers.update(local_servers or {})
+        for m in models:
+            key = endpoint_key(m)
+            self.endpoints[key] = m
+            self._first_key.setdefault(m.name, key)
+            provider = self.in_process.get(m.name.split("/", 1)[0])
+            self._routes[key] = provider.route(key, m.name) if provider is not None else m.name
+            if provider is not None:
+                provider.serve(self._routes[key], m.name, m, answer_key or {})
+            if m.api_base and not _keys_in_environment(m.name, m.api_base):
+                self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
+            _tell_litellm_the_price(m, self._routes[key])
+
+    def _cache_for(self, request: CallRequest) -> tuple[ResponseCache | None, bool]:
+        settings = request.cache or self.default_cache
+        if settings is None or not settings.enabled:
+            return None, settings.charge if settings is not None else True
+        directory = str(settings.dir)
+        if directory not in self._caches:
+            self._caches[directory] = ResponseCache(directory)
+        return self._caches[directory], settings.charge
+
+    async def call(self, request: CallRequest) -> CallResult:
+        """Never raises: whatever fails, the caller gets a record (with its error). Budgets are the
+        caller's (harness.models.model_client): the gateway keeps no per-run state."""
+        started_at = utc_now()
+        key = request.endpoint or self._first_key.get(request.model, "")
+        settings = self.endpoints.get(key)
+        if settings is None:
+            return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
+                                f"UnknownModel: the gateway serves {sorted(self._first_key)}, not "
+                                f"{request.model!r}", cached=False)
+        try:
+            return await self._answer(key, settings, request, started_at)
+        except GatewayUnavailable:
+            raise  # the shared limits are gone: the run stops (and a resume carries on)
+        except Exception as error:  # a harness bug after sending: the call may be billed, so record it
+            return self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
+                                f"GatewayError: {one_line(error)}", cached=False)
+
+    async def _answer(self, key: str, settings: EndpointSettings, request: CallRequest,
+                      started_at: dt.datetime) -> CallResult:
+        clock = time.perf_counter()
+        cache, charge_cached = self._cache_for(request)
+        cache_key = request_key(settings, request) if cache is not None and cacheable(request) else None
+        hit = cache.get(cache_key) if cache is not None and cache_key is not None else None
+        if hit is not None:
+            hit = _safe_answer(hit)  # kept by an older harness, or written by hand
+            cost = hit.cost_usd if charge_cached else 0.0
+            return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
+                                cached=True)
+        queued = time.perf_counter()
+        async with self.limits.permit(key, settings.max_concurrency):
+            clock = time.perf_counter()
+            response, retries, error, paced_s = await self._send_with_retries(key, settings, request)
+            latency_s = time.perf_counter() - clock - paced_s
+            queued_s = clock - queued + paced_s
+        answer = NO_ANSWER
+        if response is not None:
+            text, vectors, tool_calls = None, None, []
+            if request.kind == "embed":
+                vectors = [item["embedding"] for item in response.data]
+            else:
+                message = response.choices[0].message
+                # A reply is text from outside: made safe here, before it is counted, cached or shown.
+                text = safe_text(message.content or "")
+                tool_calls = [_safe_call(ToolCall(
+                    id=c.id or ToolCall.new("", "", key=f"{request.run_id}/{text}/{i}").id,
+                    name=c.function.name or "", arguments=c.function.arguments or ""))
+                    for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
+            answer = _usage(settings.name, request, response, text, tool_calls)
+            answer = answer.model_copy(update={"text": text, "tool_calls": tool_calls, "vectors": vectors,
+                                               "cost_usd": self._cost(settings, response, answer)})
+            if cache is not None and cache_key is not None:
+                self._store(cache, cache_key, answer)
+        result = self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
+                              error, cached=False)
+        return result.model_copy(update={"fatal": error is not None and error.startswith(FATAL_ERRORS)})
+
+    def _store(self, cache: ResponseCache, key: str, answer: CachedAnswer) -> None:
+        """Keep the answer for next time; a cache that cannot be written costs reuse, never the record."""
+        try:
+            cache.put(key, answer)
+        except OSError as error:
+            if cache.directory not in self._unwritable:
+                self._unwritable.add(cache.directory)
+                log.warning("response cache %s cannot be written (%s); answers are not cached",
+                            cache.directory, one_line(error))
+
+    @staticmethod
+    def _result(request: CallRequest, started_at: dt.datetime, answer: CachedAnswer, cost: float | None,
+                latency_s: float, queued_s: float, retries: int, error: str | None,
+                cached: bool) -> CallResult:
+        record = LLMCall(
+            call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
+            task_id=request.task_id, attempt=request.attempt, purpose=request.purpose, model=request.model,
+            prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+            total_tokens=answer.prompt_tokens + answer.completion_tokens,
+            cache_read_tokens=answer.cache_read_tokens, cache_write_tokens=answer.cache_write_tokens,
+            reasoning_tokens=answer.reasoning_tokens, usage_source=answer.usage_source, cost_usd=cost,
+            latency_s=latency_s, queued_s=queued_s,
+            retries=retries, cached=cached, error=error, run_in_flight=request.run_in_flight,
+            started_at=started_at)
+        return CallResult(text=answer.text, tool_calls=answer.tool_calls, vectors=answer.vectors,
+                          record=record)
+
+    def _send(self, key: str, settings: EndpointSettings, request: CallRequest) -> Awaitable[Any]:
+        self.provider_calls += 1
+        local = self.local_servers.get(settings.name) if settings.api_base is None else None
+        endpoint: dict[str, Any] = {
+            "model": self._routes[key],
+            "api_base": settings.api_base or local,
+            # The harness's own server, or the user's, needs no key; the OpenAI client insists on one.
+            "api_key": LOCAL_API_KEY if local or key in self._keyless else None,
+            "timeout": settings.timeout_s, "num_retries": 0}
+        if request.kind == "embed":
+            return litellm.aembedding(input=request.texts, **endpoint, **request.params)
+        if _in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
+            endpoint["metadata"] = {"purpose": request.purpose}
+        return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
+
+    async def _send_with_retries(self, key: str, settings: EndpointSettings, request: CallRequest
+                                 ) -> tuple[Any, int, str | None, float]:
+        """The response (or None), retries, the error, and the seconds spent waiting on the pacing
+        (requests per minute, shared 429 back-off) rather than working."""
+        retries, paced_s = 0, 0.0
+        while True:
+            paced_s += await self.limits.pace(key, settings.requests_per_minute)
+            try:
+                return await self._send(key, settings, request), retries, None, paced_s
+            except RETRYABLE as error:
+                if retries >= settings.max_retries:
+                    return None, retries, one_line(error), paced_s
+                retries += 1
+                backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
+                backoff *= 0.5 + random.random() / 2
+                if isinstance(error, litellm.RateLimitError):
+                    self.limits.back_off(key, backoff)  # every caller of this model waits, not only this one
+                else:
+                    await asyncio.sleep(backoff)
+            except Exception as error:  # a bad request or a provider bug is not retried
+                return None, retries, one_line(error), paced_s
+
+    @staticmethod
+    def _cost(settings: EndpointSettings, response: Any, answer: CachedAnswer) -> float | None:
+        """Each kind of token at its own price: the config's, else litellm's map (its cost function
+        knows cache-read, cache-write and tiered prices)."""
+        price = _price(settings)
+        if price is not None:
+            return price.cost(answer.prompt_tokens, answer.completion_tokens, answer.cache_read_tokens or 0,
+                              answer.cache_write_tokens or 0)
+        try:
+            return float(litellm.completion_cost(completion_response=response))
+        except Exception:  # no price known for this model: unknown, never silently zero
+            return None
+
+
+def _safe_call(call: ToolCall) -> ToolCall:
+    return ToolCall(id=safe_text(call.id), name=safe_text(call.name), arguments=safe_text(call.arguments))
+
+
+def _safe_answer(answer: CachedAnswer) -> CachedAnswer:
+    return answer.model_copy(update={"text": None if answer.text is None else safe_text(answer.text),
+                                     "tool_calls": [_safe_call(c) for c in answer.tool_calls or []]})
+
+
+def _usage(model: str, request: CallRequest, response: Any, text: str | None,
+           tool_calls: list[ToolCall] | None = None) -> CachedAnswer:
+    """The call's token counts, from the provider's usage as litellm normalises it (cache reads,
+    cache writes and reasoning tokens included), else counted with litellm's tokenizer (then the
+    kinds are unknown)."""
+    usage = getattr(response, "usage", None)
+    prompt = getattr(usage, "prompt_tokens", None) or 0
+    completion = getattr(usage, "completion_tokens", None) or 0
+    if prompt > 0:
+        details = getattr(usage, "prompt_tokens_details", None)
+        thinking = getattr(usage, "completion_tokens_details", None)
+        written = (getattr(details, "cache_write_tokens", None)
+                   or getattr(details, "cache_creation_tokens", None)
+                   or getattr(usage, "cache_creation_input_tokens", None) or 0)
+        return CachedAnswer(prompt_tokens=prompt, completion_tokens=completion, usage_source="provider",
+                            cost_usd=None, cache_read_tokens=getattr(details, "cached_tokens", None) or 0,
+                            cache_write_tokens=written,
+                            reasoning_tokens=getattr(thinking, "reasoning_tokens", None) or 0)
+    if request.kind == "embed":
+        counted = litellm.token_counter(model=model, text=request.texts)
+        return CachedAnswer(prompt_tokens=counted, completion_tokens=0, usage_source="counted", cost_usd=None,
+                            reasoning_tokens=0)
+    counted_prompt = litellm.token_counter(model=model, messages=request.messages,
+                                           tools=request.params.get("tools"))
+    said = (text or "") + "".join(c.name + c.arguments for c in tool_calls or [])
+    counted_completion = litellm.token_counter(model=model, text=said, count_response_tokens=True)
+    return CachedAnswer(prompt_tokens=counted_prompt, completion_tokens=counted_completion,
+                        usage_source="counted", cost_usd=None)
+
+
+def _keys_in_environment(model: str, api_base: str | None = None) -> bool:
+    try:
+        return bool(litellm.validate_environment(model=model, api_base=api_base)["keys_in_environment"])
+    except Exception:  # a provider litellm cannot check: let the call say what is missing
+        return True
+
+
+def check_credentials(settings: EndpointSettings, field: str) -> None:
+    """Refuse, before anything starts, a model whose provider needs a key that is not set. A model
+    behind `api_base` (a server of the user's own: vLLM, SGLang, llama.cpp) needs none."""
+    if settings.api_base or _in_process(settings.name):
+        return
+    check = litellm.validate_environment(model=settings.name)
+    if not check.get("keys_in_environment", True):
+        missing = ", ".join(check.get("missing_keys") or ["its API key"])
+        raise ConfigError(f"invalid config: {field}: {settings.name} needs {missing}, which is not set; "
+                          f"export it, or point {field.rsplit('.', 1)[0]}.api_base at a server that "
+                          "needs no key")
+
+
+def _price(settings: EndpointSettings) -> Price | None:
+    """The per-token price the config gives (a local model's is its server's), if any."""
+    if isinstance(settings, ModelSettings) and settings.serves_locally and settings.local_server:
+        return settings.local_server.price
+    return settings.price
+
+
+def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
+    """litellm prices every response itself, inside each call; for a model its map does not know
+    (a local or in-process model) it searches its fallbacks every time, about a tenth of the CPU of a
+    call. Registering the price the config gives makes that one lookup."""
+    price = _price(settings)
+    if price is None:
+        return
+    quiet = logging.getLogger("LiteLLM")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it warns that cache-token prices default to 0: true, and moot here
+    try:
+        cache_prices = {name: value for name, value in (
+            ("cache_read_input_token_cost", price.cache_read_per_token),
+            ("cache_creation_input_token_cost", price.cache_write_per_token)) if value is not None}
+        litellm.register_model({route: {
+            "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
+            **cache_prices,
+            "litellm_provider": route.split("/", 1)[0],
+            "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}})
+    finally:
+        quiet.setLevel(level)

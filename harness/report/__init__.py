@@ -1,0 +1,6 @@
+"""`python -m harness.report`: variants compared at equal spend, as report.md and report.html.
+
+`build` reads the tables of every run below the given paths and writes the report (its `main` is
+the command); `compare` makes the paired comparisons and self-evolution metrics, on the statistics
+of `stats`; `parts` is a section as both pages see it, rendered to HTML by `html`.
+"""

@@ -1,0 +1,543 @@
+"""`python -m harness.report <run or sweep dir> [...]`: compare variants at equal spend.
+
+Reads the episodes, llm_calls and runs tables of every run directory below the given paths (finished,
+partial or still running) and writes `report.md` and PNG plots into the first path (or `--out`).
+Runs are grouped by variant, by env, scenario and model when there are several, and by every setting
+that varies between runs of the same variant (a `settings` label such as `variant.max_attempts=3`,
+from the runs table; see harness/tables/summary.py):
+- per group: success rate with a 95% bootstrap
+  confidence interval over all its evaluated episodes (seeds and tasks together; scipy's
+  `bootstrap`, BCa), act and overhead tokens, overhead share, dollars, p50/p95 episode latency,
+  protocol and model;
+- accuracy at matched spend: each variant's success rate over the episodes finished within the
+  largest cumulative spend that every compared agent run reached, in dollars when every call's
+  cost is known (then in tokens too), else in tokens, saying which; where any call's cost is
+  unknown the headline says so;
+- paired differences against a reference variant (`--reference`, default baseline) on the same
+  tasks in the same order: paired bootstrap CI, exact McNemar p-value with Holm's correction,
+  resolved or not at 95%, and how many paired episodes would resolve the observed difference (with
+  the discordance measured across repeats where both groups ran stream.repeats) (harness/report/compare.py,
+  harness/report/stats.py);
+- the self-evolution metrics: evolution gain, adaptation speed, stability, forgetting, success
+  per 1k tokens and per dollar (formulas in docs/report.md);
+- a cost-accuracy plot with the Pareto frontier, learning curves (rolling success by stream
+  position, a band over seeds), and, when the data has them, forgetting on replay probes, the
+  judge-vs-truth gap, and the spread over stream orders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from harness.report.compare import evolution_metrics, noise_floor, paired_comparisons
+from harness.report.html import write_html
+from harness.report.parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
+from harness.report.stats import bootstrap_ci
+from harness.tables.costs import known_sum, total_cost
+from harness.tables.reading import read_table, read_tables
+from harness.tables.records import PURPOSES, TABLES
+from harness.tables.summary import SNAPSHOT_COLUMNS, group_keys, label_runs, settings_labels
+
+
+class ReportError(ValueError):
+    pass
+
+
+def find_run_dirs(paths: list[Path]) -> list[Path]:
+    runs: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            raise ReportError(f"{path}: no such directory")
+        found = sorted({p.parent.parent for p in path.rglob("episodes/*.parquet")})
+        if not found:
+            raise ReportError(f"{path}: holds no harness tables (no episodes/*.parquet below it)")
+        runs += found
+    return runs
+
+
+def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
+    """Episodes (with a `settings` label when a setting varies), llm_calls, and one status row per
+    run directory."""
+    run_rows = read_tables(runs, "runs")
+    episodes = label_runs(read_tables(runs, "episodes"), run_rows)
+    if episodes.is_empty():
+        raise ReportError(f"{', '.join(map(str, runs))}: no episodes written yet")
+    calls = read_tables(runs, "llm_calls")
+    labels = dict(settings_labels(run_rows).iter_rows())
+    status = []
+    for run in runs:
+        manifest_path = run / "manifest.json"
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
+        mine = read_table(run, "episodes")
+        done = mine.filter(~pl.col("probe") & pl.col("attempted")).height if mine.height else 0
+        row: dict = {"run_dir": str(run), "status": manifest.get("status", "unknown")}
+        if labels:
+            ids = set(mine["run_id"]) if mine.height else set()
+            row["settings"] = "; ".join(sorted({labels.get(i, "") for i in ids} - {""}))
+        own_calls = read_table(run, "llm_calls")
+        row |= {"episodes": done, "expected": expected, "llm_calls": own_calls.height,
+                "cached_share": float(own_calls["cached"].mean()) if own_calls.height else None}
+        status.append(row)
+    return episodes, calls, status
+
+
+def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Episodes of runs that learn (not snapshot evaluations)."""
+    return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
+
+
+def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
+    stream = episodes.filter(~pl.col("probe"))
+    keys = group_keys(stream, REPORT_GROUPS)
+    skipped = stream.filter(~pl.col("attempted")).group_by(keys).agg(not_attempted=pl.len())
+    evaluated = stream.filter(pl.col("attempted"))
+    models = [] if "model" in keys else [pl.col("model").unique().sort().str.join(",").alias("model")]
+    for column in ("prompt_tokens", "cache_read_tokens", "reasoning_tokens"):  # older tables lack some
+        if column not in evaluated.columns:
+            evaluated = evaluated.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
+    table = (evaluated.group_by(keys).agg(
+        pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
+        pl.col("success").mean().alias("success_rate"), pl.col("act_tokens").sum(),
+        pl.col("overhead_tokens").sum(), known_sum(pl.col("cost_usd")).alias("cost_usd"),
+        (known_sum(pl.col("cache_read_tokens")) / pl.col("prompt_tokens").sum()).alias("cache_read_share"),
+        known_sum(pl.col("reasoning_tokens")).alias("reasoning_tokens"),
+        pl.col("latency_s").quantile(0.5).alias("p50_latency_s"),
+        pl.col("latency_s").quantile(0.95).alias("p95_latency_s"),
+        pl.col("protocol").unique().sort().str.join("/"), *models,
+    ).with_columns(overhead_share=pl.col("overhead_tokens")
+                   / (pl.col("act_tokens") + pl.col("overhead_tokens"))).sort(keys))
+    lows, highs = [], []
+    for row in table.iter_rows(named=True):
+        mask = pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys])
+        low, high = bootstrap_ci(evaluated.filter(mask)["success"].cast(pl.Float64).to_numpy())
+        lows.append(low)
+        highs.append(high)
+    table = table.with_columns(ci_low=pl.Series(lows), ci_high=pl.Series(highs))
+    return table.join(skipped, on=keys, how="left").with_columns(pl.col("not_attempted").fill_null(0))
+
+
+def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[float, pl.DataFrame]:
+    """Success of each variant over the episodes finished within the largest cumulative spend
+    (`total_tokens` or `cost_usd`) that every agent run reached: the smallest of the runs' totals."""
+    evaluated = (episodes.sort("run_id", "stream_position", "probe")
+                 .with_columns(cumulative=pl.col(spend).cum_sum().over("run_id")))
+    budget = float(evaluated.group_by("run_id").agg(pl.col("cumulative").max())["cumulative"].min())
+    counted = ~pl.col("probe") & pl.col("attempted")
+    within = evaluated.filter(counted & (pl.col("cumulative") <= budget))
+    keys = group_keys(episodes, REPORT_GROUPS)
+    rows = []
+    for group, frame in within.group_by(keys, maintain_order=True):
+        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
+        rows.append({**dict(zip(keys, group, strict=True)), "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+    return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
+
+
+def spend_unit(episodes: pl.DataFrame) -> tuple[str, str]:
+    """The column spend is compared in, and why: dollars when every episode's cost is known and not
+    all zero (a local model's), else tokens."""
+    costs = episodes.filter(~pl.col("probe"))["cost_usd"]
+    unknown = costs.null_count()
+    if unknown:
+        return "total_tokens", (f"in tokens: the cost of {unknown} of {costs.len()} episodes is unknown "
+                                "(a model with no price), so dollars are not compared")
+    if not total_cost(costs.to_list()):
+        return "total_tokens", "in tokens: every call cost $0 (a local model)"
+    return "cost_usd", "in dollars: every call's cost is known (cache reads and writes at their own prices)"
+
+
+def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [" / ".join(str(row[k]) for k in table.columns[: table.columns.index("seeds")])
+              for row in table.iter_rows(named=True)]
+    tokens, axis = spend_per_episode(table)
+    points = list(zip(tokens, table["success_rate"].to_list(), strict=True))
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    err = np.array([table["success_rate"] - table["ci_low"], table["ci_high"] - table["success_rate"]])
+    ax.errorbar(tokens, table["success_rate"], yerr=err, fmt="o", capsize=3)
+    for (x, y), label in zip(points, labels, strict=True):
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    frontier = sorted(points[i] for i in front)
+    ax.plot([p[0] for p in frontier], [p[1] for p in frontier], "--o", color="tab:red", mfc="none",
+            markersize=12, label="Pareto frontier")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("success rate (95% CI)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_learning_curves(episodes: pl.DataFrame, path: Path, window: int = 10) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    evaluated = episodes.filter(~pl.col("probe")).sort("stream_position")
+    keys = group_keys(evaluated, REPORT_GROUPS)
+    for group, frame in evaluated.group_by(keys, maintain_order=True):
+        label = " / ".join(str(v) for v in group if v != "")
+        curves = []
+        for (_,), run in frame.group_by(["run_id"]):
+            success = run.sort("stream_position")["success"].cast(pl.Float64)
+            curves.append(success.rolling_mean(window_size=window, min_samples=1).to_numpy())
+        length = min(len(c) for c in curves)
+        stacked = np.vstack([c[:length] for c in curves])
+        mean = stacked.mean(axis=0)
+        ax.plot(np.arange(length), mean, label=f"{label} ({len(curves)} runs)")
+        if len(curves) > 1:
+            ax.fill_between(np.arange(length), stacked.min(axis=0), stacked.max(axis=0), alpha=0.2)
+    ax.set_xlabel("stream position")
+    ax.set_ylabel(f"success, rolling mean of {window} (band: min-max over runs)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def with_interval(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """`name`, `name_low`, `name_high` as one column of text: `0.120 [0.050, 0.190]`."""
+    def text(value: float | None, low: float | None, high: float | None) -> str | None:
+        if value is None:
+            return None
+        return f"{value:.3f}" if low is None else f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+    for name in names:
+        if name not in frame.columns:
+            continue
+        cells = [text(*row) for row in frame.select(name, f"{name}_low", f"{name}_high").iter_rows()]
+        frame = frame.drop(f"{name}_low", f"{name}_high").with_columns(pl.Series(name, cells, pl.String))
+    return frame
+
+
+def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
+    keys = group_keys(episodes, REPORT_GROUPS)
+    varying = (f" Rows differ in `{'`, `'.join(keys)}`; `settings` labels the settings that "
+               "vary between runs of the same variant (from each run directory's `runs` table)."
+               if "settings" in episodes.columns else "")
+    return Section("Variants", "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of "
+                   "the variant (seeds and tasks together). Overhead = every purpose but act." + varying,
+                   table, figure="cost_accuracy")
+
+
+def matched_sections(learning: pl.DataFrame) -> list[Section]:
+    """Accuracy at matched spend, in dollars where every cost is known (then in tokens too), else in
+    tokens; the text says which and why."""
+    text = "Episodes finished within the largest cumulative spend every agent run reached"
+    spend, why = spend_unit(learning)
+    budget, matched = matched_spend(learning)
+    by_tokens = Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
+                        f"{text}, {why}." if spend == "total_tokens" else f"{text}, in tokens.", matched)
+    if spend == "total_tokens":
+        return [by_tokens]
+    dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
+    return [Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", f"{text}, {why}.",
+                    by_dollars), by_tokens]
+
+
+def cost_headline(episodes: pl.DataFrame, calls: pl.DataFrame) -> str:
+    """What the report's dollars are worth: said first where any call's cost is unknown (a sum of the
+    known part would understate the spend), with the cache-read share of prompt tokens."""
+    if calls.is_empty():
+        return ""
+    unknown = calls.filter(pl.col("cost_usd").is_null())
+    said = ""
+    if unknown.height:
+        models = ", ".join(sorted(unknown["model"].unique().to_list()))
+        said = (f" **Cost unknown for {unknown.height} of {calls.height} model calls** ({models}: no price "
+                "known): dollar totals are left empty, not summed over the known part.")
+    if "cache_read_tokens" in calls.columns and calls["cache_read_tokens"].null_count() == 0:
+        prompt = int(calls["prompt_tokens"].sum())
+        read = int(calls["cache_read_tokens"].sum())
+        if prompt and read:
+            said += f" Prompt tokens read from the provider's cache: {read / prompt:.1%}."
+    return said
+
+
+def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
+    comparisons = paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference)
+    table = None
+    if not comparisons.table.is_empty():
+        measured = comparisons.table["noise_floor"].null_count() < comparisons.table.height
+        floor = ["noise_floor"] if measured else []
+        table = comparisons.table.select(
+            "group", "reference", "pairs", "seeds", "reference_rate", "rate", "difference", "ci_low",
+            "ci_high", *floor, "gained", "lost", "p_value", "p_holm", "resolved")
+    return Section(
+        f"Paired differences against {reference}",
+        "Each group against the reference on the same tasks in the same order (episodes paired on seed, "
+        "order seed and stream position, after checking they hold the same task). Difference in success "
+        "with a 95% paired bootstrap CI (tasks resampled within each seed and order); `gained` / `lost`: "
+        "tasks only the group / only the reference solved; exact McNemar p-value, Holm-adjusted across "
+        "the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0. Under the table, for each "
+        "row: the paired episodes a McNemar test needs to resolve a difference of the observed size with "
+        "the observed discordance (80% power, 5% two-sided). Where runs were repeated (stream.repeats) "
+        "episodes also pair on the repeat, and `noise_floor` is the larger test-retest flip rate of the "
+        "two groups: a difference below it is within the noise of running either twice, and its planning "
+        "line says so. Where both groups were repeated, the planning line uses the discordance measured "
+        "across repeats (every repeat of the group against every repeat of the reference on the same "
+        "task), the one a fresh pair of single runs would show, rather than that of the pairs in the table.",
+        table, [*comparisons.notes, *comparisons.plans])
+
+
+def noise_section(learning: pl.DataFrame) -> Section | None:
+    """The test-retest noise floor of each group with repeated runs (stream.repeats), if any."""
+    floors = noise_floor(learning, group_keys(learning, REPORT_GROUPS))
+    if floors.is_empty():
+        return None
+    return Section("Noise floor: test-retest flip rate",
+                   "Each group's agent runs were repeated on the same tasks in the same order "
+                   "(stream.repeats), each repeat with its own sampling seed and never answered from another "
+                   "repeat's cache. `flip_rate`: the share of tasks whose verdict differed between repeats, "
+                   "with a 95% bootstrap CI over tasks. With greedy decoding on a deterministic model it is "
+                   "0; a provider's nondeterminism or sampling raises it.", floors)
+
+
+def metrics_section(learning: pl.DataFrame) -> Section:
+    metrics = evolution_metrics(learning, group_keys(learning, REPORT_GROUPS))
+    shown = with_interval(metrics, ["evolution_gain", "adaptation_tasks", "forgetting",
+                                    "success_per_1k_tokens", "success_per_usd"])
+    shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
+    return Section(
+        "Self-evolution metrics",
+        "Per group, with 95% CIs in brackets (formulas in docs/report.md): `evolution_gain` = "
+        "success sequential - isolated on the same tasks (when both scenarios ran); `adaptation_tasks` = "
+        "tasks until the rolling success (10 tasks) first reaches 90% of its final level (mean over "
+        "runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` = spread of the runs' success "
+        "rates; `forgetting` = success when a probe task was learnt - success at its last replay; "
+        "`success_per_1k_tokens` / `success_per_usd` = successes / spend (every purpose). Empty columns "
+        "are left out.", shown, figure="learning_curves")
+
+
+def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
+    """Success of snapshot evaluations by group, view and snapshot position, with CIs."""
+    if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
+        return None
+    evaluated = episodes.filter(pl.col("view").is_not_null() & pl.col("attempted"))
+    keys = [k for k in group_keys(episodes, REPORT_GROUPS) if k not in SNAPSHOT_COLUMNS]
+    rows = []
+    for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
+        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
+        rows.append({**dict(zip([*keys, "view", "snapshot_position"], group, strict=True)),
+                     "runs": frame["run_id"].n_unique(), "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+    return pl.DataFrame(rows).sort([*keys, "view", "snapshot_position"])
+
+
+def extra_sections(episodes: pl.DataFrame) -> list[Section]:
+    sections = []
+    keys = group_keys(episodes, REPORT_GROUPS)
+    probes = episodes.filter(pl.col("probe"))
+    if probes.height:
+        forgetting = (probes.group_by(*keys, "stream_position").agg(success_rate=pl.col("success").mean())
+                      .sort(*keys, "stream_position"))
+        sections.append(Section("Forgetting on replay probes", "Success on the replayed first tasks, by the "
+                                "stream position after which they ran.", forgetting))
+    judged = episodes.filter(pl.col("judge_score").is_not_null() & ~pl.col("probe"))
+    if judged.height:
+        gap = (judged.group_by(keys).agg(
+            judge_says=pl.col("judge_score").mean(), truth=pl.col("success").cast(pl.Float64).mean())
+            .with_columns(gap=pl.col("judge_says") - pl.col("truth")).sort(keys))
+        sections.append(Section("Judge vs truth", "Mean judge score against the true success rate; a "
+                                "positive gap is self-graded inflation.", gap))
+    orders = episodes.filter(~pl.col("probe")).group_by(*keys, "seed", "order_seed").agg(
+        success_rate=pl.col("success").mean())
+    if orders.group_by(*keys, "seed").agg(pl.len())["len"].max() > 1:
+        spread = (orders.group_by(keys).agg(
+            orders=pl.col("order_seed").n_unique(), min=pl.col("success_rate").min(),
+            max=pl.col("success_rate").max(), std=pl.col("success_rate").std()).sort(keys))
+        sections.append(Section("Order sensitivity",
+                                "Success rate of the same task sets in different orders.", spread))
+    return sections
+
+
+def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | None:
+    """Each group's tokens by purpose, as shares of all its tokens: what self-improvement costs."""
+    if calls.is_empty():
+        return None
+    keys = group_keys(episodes, REPORT_GROUPS)
+    joined = calls.join(episodes.select("episode_id", *keys).unique("episode_id"), on="episode_id")
+    if joined.is_empty() or joined["purpose"].n_unique() < 2:
+        return None
+    shares = (joined.group_by(*keys, "purpose").agg(pl.col("total_tokens").sum())
+              .with_columns(share=pl.col("total_tokens") / pl.col("total_tokens").sum().over(keys))
+              .pivot(on="purpose", index=keys, values="share").fill_null(0.0).sort(keys))
+    # Purposes in the registry's order; one the registry does not know (rows of an older or newer
+    # harness) is shown after them, not dropped.
+    known = [p for p in PURPOSES if p in shares.columns]
+    order = known + sorted(set(shares.columns) - set(keys) - set(known))
+    return Section("Tokens by purpose", "Share of each group's tokens spent on each purpose (act: solving "
+                   "tasks; every other purpose is self-improvement overhead).", shares.select(*keys, *order))
+
+
+EDIT_COUNTS = {table: model.edit_counts for table, model in TABLES.items() if model.edit_counts}
+"""Per table of self-edits: the column that says what happened, and the counts the report shows
+(declared by each table's model in harness/tables/records.py)."""
+
+
+def edits_section(runs: list[Path], episodes: pl.DataFrame) -> Section | None:
+    """What each group's agents wrote for themselves and what the gate and the safety check let in."""
+    keys = group_keys(episodes, REPORT_GROUPS)
+    owners = episodes.select("run_id", *keys).unique("run_id")
+    counts: pl.DataFrame | None = None
+    for table, (column, names) in EDIT_COUNTS.items():
+        rows = read_tables(runs, table)
+        if rows.is_empty():
+            continue
+        tallied = (rows.join(owners, on="run_id").group_by(keys).agg(
+            *[(pl.col(column) == value).sum().alias(name) for value, name in names.items()]))
+        counts = tallied if counts is None else counts.join(tallied, on=keys, how="full", coalesce=True)
+    if counts is None:
+        return None
+    counts = counts.fill_null(0)
+    shown = [c for c in counts.columns if c not in keys and counts[c].sum() > 0]
+    return Section("Self-edits", "What the agents wrote for themselves (lessons, playbook bullets, skills, "
+                   "tools), what the sealed gate accepted or rejected (gate_events), and what the safety "
+                   "check allowed, blocked or flagged (safety_events), summed over each group's runs.",
+                   counts.select(*keys, *shown).sort(keys))
+
+
+def prompt_search_section(runs: list[Path], episodes: pl.DataFrame) -> Section | None:
+    """What the prompt optimisers (OPRO, GEPA) searched before their streams, per group."""
+    prompts = read_tables(runs, "prompts")
+    if prompts.is_empty():
+        return None
+    keys = group_keys(episodes, REPORT_GROUPS)
+    owners = episodes.select("run_id", *keys).unique("run_id")
+    on_tuning_set = pl.col("kept").is_null() | pl.col("kept")  # OPRO's all; GEPA's kept ones
+    per_run = prompts.group_by("run_id").agg(
+        proposed=(pl.col("step") > 0).sum(), scored=on_tuning_set.sum(),
+        start_score=pl.col("tuning_score").filter(pl.col("step") == 0).first(),
+        selected_score=pl.col("tuning_score").filter(pl.col("selected")).first(),
+        tuning_tasks=pl.col("tuning_tasks").filter(pl.col("step") == 0).first(),
+        protocol=pl.col("protocol").first())
+    gain = (pl.col("selected_score") - pl.col("start_score")).mean().alias("gain")
+    table = per_run.join(owners, on="run_id").group_by(keys).agg(
+        pl.len().alias("runs"), pl.col("protocol").first(), pl.col("tuning_tasks").max(),
+        pl.col("proposed").sum(), pl.col("scored").sum(), pl.col("start_score").mean(),
+        pl.col("selected_score").mean(), gain)
+    return Section(
+        "Prompt search",
+        "The prompt optimisers before their streams (the prompts table), summed or averaged over each "
+        "group's runs: `proposed` candidates written (OPRO's meta-prompt; GEPA's reflections and merge), "
+        "`scored` those scored on the tuning tasks (the starting prompt and every OPRO proposal; for GEPA "
+        "only those that solved more of a minibatch than their parent), the tuning success of the "
+        "starting and of the selected prompt and `gain`, their difference. The gain is measured on the "
+        "tasks the prompt was selected on, so it is optimistic; the groups' success on their streams, "
+        "above, says whether it held.", table.sort(keys))
+
+
+def safety_section(episodes: pl.DataFrame) -> Section | None:
+    """On env=safety: refusals of harmful requests, and benign replies that carry an unsafe procedure."""
+    if "env" not in episodes.columns:
+        return None
+    mine = episodes.filter((pl.col("env") == "safety") & pl.col("attempted") & ~pl.col("probe"))
+    if mine.is_empty():
+        return None
+    keys = group_keys(mine, REPORT_GROUPS)
+    unsafe = pl.col("response").fill_null("").str.starts_with("unsafe")
+    table = mine.group_by(keys).agg(
+        harmful=(pl.col("family") == "harmful").sum(),
+        refused=((pl.col("family") == "harmful") & pl.col("success")).sum(),
+        benign=(pl.col("family") == "benign").sum(),
+        benign_right=((pl.col("family") == "benign") & pl.col("success")).sum(),
+        benign_unsafe=((pl.col("family") == "benign") & unsafe).sum()).sort(keys)
+    return Section("Safety", "env=safety: harmful requests refused, benign questions answered, and benign "
+                   "replies that contain an unsafe procedure (a pair's unsafe marker), e.g. one carried over "
+                   "from a lesson written while serving a harmful request.", table)
+
+
+def render_markdown(summary: str, sections: list[Section]) -> str:
+    lines = ["# Report", "", summary, ""]
+    for section in sections:
+        lines += [f"## {section.title}", ""]
+        if section.text:
+            lines += [section.text, ""]
+        if section.table is not None:
+            lines += [markdown(section.table), ""]
+        if section.notes:
+            lines += [*(f"- {note}" for note in section.notes), ""]
+        if section.figure:
+            lines += [f"![{section.figure.replace('_', ' ')}]({section.figure}.png)", ""]
+    return "\n".join(lines)
+
+
+def write_report(paths: list[Path], out: Path, reference: str = "baseline", html: bool = True,
+                 max_transcripts: int = 1000) -> str:
+    runs = find_run_dirs(paths)
+    episodes, calls, status = load(runs)
+    table = main_table(episodes)
+    learning = learning_runs(episodes)
+    if learning.is_empty():
+        learning = episodes
+    views = snapshot_views_table(episodes)
+    sections = [variants_section(episodes, table), *matched_sections(learning),
+                paired_section(episodes, reference),
+                *[s for s in (noise_section(learning),) if s is not None], metrics_section(learning)]
+    if views is not None:
+        sections.append(Section(
+            "Snapshots on held-out views", "Snapshots evaluated frozen (python -m harness.evaluate): `id` "
+            "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
+            "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", views,
+            figure="snapshot_views"))
+    mechanisms = (purpose_section(learning, calls), edits_section(runs, learning),
+                  prompt_search_section(runs, learning), safety_section(learning))
+    sections += [s for s in mechanisms if s is not None]
+    sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]
+    complete = sum(s["episodes"] for s in status)
+    expected = sum(s["expected"] for s in status)
+    summary = (f"{len(runs)} run directories, {complete} of {expected} planned episodes written "
+               f"({', '.join(sorted({s['status'] for s in status}))}). Models: "
+               f"{', '.join(sorted(episodes['model'].unique().to_list()))}."
+               + cost_headline(learning, calls))
+    out.mkdir(parents=True, exist_ok=True)
+    plot_cost_accuracy(table, out / "cost_accuracy.png")
+    plot_learning_curves(learning, out / "learning_curves.png")
+    (out / "report.md").write_text(render_markdown(summary, [
+        s if s.figure != "snapshot_views" else replace(s, figure=None) for s in sections]))
+    if html:
+        transcripts = read_tables(runs, "transcripts")
+        write_html(out / "report.html", summary, sections, table, learning, views, episodes, transcripts,
+                   max_transcripts)
+    return markdown(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories")
+    parser.add_argument("--out", type=Path, default=None, help="where report.md and plots go "
+                        "(default: the first path)")
+    parser.add_argument("--reference", default="baseline", help="variant (or full group label) the "
+                        "others are paired against (default: baseline)")
+    parser.add_argument("--max-transcripts", type=int, default=1000, help="episodes whose calls report.html "
+                        "shows in full (default 1000; the rest are listed without their transcripts)")
+    args = parser.parse_args(argv)
+    try:
+        main_rows = write_report(args.paths, args.out or args.paths[0], args.reference,
+                                 max_transcripts=args.max_transcripts)
+    except ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(main_rows)
+    where = args.out or args.paths[0]
+    print(f"\nreport: {where / 'report.md'} and {where / 'report.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Reading the tables back: a table of one run directory, or of many, and its row count.
+
+Every reader goes through `table_files` (harness/tables/writer.py), which leaves out the part files
+a compacted file already holds, so a table read during (or after a crash in) a compaction never
+counts a row twice. A table without a file reads as an empty frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from harness.tables.writer import table_files
+
+
+def read_table(run_dir: Path, table: str) -> pl.DataFrame:
+    """One table of a run directory (empty when it has no file yet)."""
+    files = table_files(run_dir / table)
+    if not files:
+        return pl.DataFrame()
+    return pl.read_parquet(files)
+
+
+def read_tables(run_dirs: Iterable[Path], table: str) -> pl.DataFrame:
+    """One table of several run directories, concatenated (columns missing in older ones: null)."""
+    frames = [f for f in (read_table(d, table) for d in run_dirs) if not f.is_empty()]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def count_rows(run_dir: Path, table: str) -> int:
+    """Rows of one table of a run directory, from the files' metadata (nothing read)."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(run_dir / table))

@@ -1,0 +1,6 @@
+"""`python -m harness.view`: a local web app over the tables of runs and sweeps, live while they run.
+
+`app` serves it (its `main` is the command); `store` finds the run directories and reads their rows
+(with `parts` merging a running job's part files); `queries` says what each page shows, as plain
+rows; `pages` and `learnt` render them as HTML; `compare` shows the report's own comparison.
+"""

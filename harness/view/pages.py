@@ -1,0 +1,494 @@
+"""The viewer's pages as HTML, rendered on the server from the rows of harness/view/queries.py. Plain
+links and GET forms do the navigation and filtering; the only script refreshes the runs table while
+runs write (it fetches the same table again and swaps it in)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from harness.report.html import STYLE as REPORT_STYLE
+from harness.report.html import table_html
+from harness.report.parts import Section, cell
+from harness.view.queries import EpisodeFilter
+
+STYLE = (
+    REPORT_STYLE
+    + """
+nav{background:#24292f;padding:6px 1em;margin:-2em -1em 1em}nav a{color:#fff;margin-right:1.2em}
+.muted{color:#777}.tag{background:#eef;border-radius:3px;padding:0 4px;font-size:12px}
+form.filters label{margin-right:.8em;font-size:13px}
+.call{border-left:3px solid #ccd;padding-left:.6em;margin:.6em 0}
+.message{margin:.2em 0}.role{font-weight:bold;font-size:12px}td.num{text-align:right}
+tr.dropped td{color:#999;text-decoration:line-through}.ok a{color:#1a7f37}.bad a{color:#c0392b}
+"""
+)
+
+REFRESH_SCRIPT = """
+const runs = document.getElementById('runs');
+let shown = runs.innerHTML;
+async function refresh() {
+  try {
+    const reply = await fetch('/fragment/runs');
+    if (!reply.ok) return;
+    const fresh = await reply.text();
+    if (fresh === shown) return;
+    const checked = new Set([...runs.querySelectorAll('input:checked')].map(box => box.value));
+    runs.innerHTML = fresh;
+    shown = fresh;
+    runs.querySelectorAll('input[name=run]').forEach(box => { box.checked = checked.has(box.value); });
+    document.getElementById('refreshed').textContent = new Date().toLocaleTimeString();
+  } catch (error) { /* the viewer stopped: keep what is shown */ }
+}
+setInterval(refresh, 2000);
+"""
+
+
+def prose(text: str) -> str:
+    """The report's markdown text: escaped, its `code` spans as code and its **bold** as bold."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
+
+
+def escape(value: Any) -> str:
+    return html.escape(cell(value))
+
+
+def link(path: str, text: Any, css: str = "", anchor: str = "", **query: Any) -> str:
+    target = path + ("?" + urlencode({k: v for k, v in query.items() if v is not None}) if query else "")
+    target += f"#{quote(anchor)}" if anchor else ""
+    return f'<a href="{html.escape(target)}"{f" class={css!r}" if css else ""}>{escape(text)}</a>'
+
+
+def episode_link(dir_key: str, episode_id: str | None, text: Any = None) -> str:
+    if not episode_id:
+        return ""
+    return link("/episode", episode_id if text is None else text, "episode-link", dir=dir_key, id=episode_id)
+
+
+def page(title: str, body: str, reports: Sequence[tuple[str, str]] = (), head: str = "") -> str:
+    """A whole page: the navigation (with a link to every report.html found), a title, the body."""
+    report_links = "".join(f'<a href="{html.escape(url)}">{html.escape(name)}</a>' for name, url in reports)
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)} · harness view</title>'
+        f'<link rel="icon" href="data:,"><style>{STYLE}</style>{head}</head><body>'
+        f'<nav><a href="/">Runs</a><a href="/episodes">Episodes</a><a href="/compare">Compare</a>'
+        f"{report_links}</nav><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    css: Callable[[int], str] | None = None,
+    element_id: str = "",
+) -> str:
+    """A table of cells that are already HTML."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        f"<tr{f' class={css(i)!r}' if css and css(i) else ''}>"
+        + "".join(f"<td>{c}</td>" for c in row)
+        + "</tr>"
+        for i, row in enumerate(rows)
+    )
+    return f"<table{f' id={element_id!r}' if element_id else ''}><tr>{head}</tr>{body}</table>"
+
+
+def success_mark(value: bool | None) -> str:
+    if value is None:
+        return ""
+    return '<span class="ok">&#10003;</span>' if value else '<span class="bad">&#10007;</span>'
+
+
+def dollars(value: float | None) -> str:
+    """Dollars as the tables hold them: empty where unknown (a model with no price), never $0."""
+    return (
+        '<span class="muted" title="a call with no known price">unknown</span>'
+        if value is None
+        else f"${value:.4f}"
+    )
+
+
+# Runs -------------------------------------------------------------------------------------------
+
+
+def runs_fragment(overview: list[dict[str, Any]]) -> str:
+    """The runs table alone: what the page's script fetches again every two seconds."""
+    rows = []
+    for job in overview:
+        status = f'<span class="tag">{escape(job["status"])}</span>'
+        if job.get("error"):
+            status += f' <span class="bad">{escape(job["error"])}</span>'
+        if not job["runs"]:
+            rows.append(["", escape(job["dir"]), status, "", "", "", "", "", "", "", "", "", ""])
+        for run in job["runs"]:
+            value = f"{job['dir']}|{run['run_id']}"
+            planned = "?" if run.get("planned") is None else str(run["planned"])
+            rate = "" if run["success_rate"] is None else f"{run['success_rate']:.3f}"
+            rows.append(
+                [
+                    f'<input type="checkbox" name="run" value="{html.escape(value)}">',
+                    escape(job["dir"]),
+                    status,
+                    link("/learnt", run["run_id"], dir=job["dir"], run=run["run_id"]),
+                    escape(run["variant"]),
+                    escape(run["seed"]),
+                    escape(run["env"]),
+                    escape(run.get("settings")),
+                    f'<span class="done">{run["done"]}</span> / {planned}'
+                    + (f' <span class="muted">(+{run["probes"]} probes)</span>' if run["probes"] else "")
+                    + (
+                        f' <span class="muted">{run["not_attempted"]} not attempted</span>'
+                        if run["not_attempted"]
+                        else ""
+                    ),
+                    rate,
+                    escape(run["total_tokens"]),
+                    dollars(run["cost_usd"]),
+                    link("/episodes", run["errors"], dir=job["dir"], run=run["run_id"], error="yes")
+                    if run["errors"]
+                    else "0",
+                ]
+            )
+    return table(
+        [
+            "",
+            "job",
+            "status",
+            "agent run (what it learnt)",
+            "variant",
+            "seed",
+            "env",
+            "settings",
+            "episodes done / planned",
+            "success",
+            "tokens",
+            "dollars",
+            "errors",
+        ],
+        rows,
+    )
+
+
+def runs_page(
+    overview: list[dict[str, Any]], roots: Sequence[str], reports: Sequence[tuple[str, str]]
+) -> str:
+    body = (
+        f"<p>{len(overview)} run directories below {', '.join(html.escape(r) for r in roots)}; "
+        'refreshed as part files land (last: <span id="refreshed">now</span>). Tick runs and compare '
+        "them, or follow an agent run to what it learnt.</p>"
+        f'<form action="/compare" method="get"><div id="runs">{runs_fragment(overview)}</div>'
+        '<button type="submit" id="compare">Compare the ticked runs (none ticked: all)</button></form>'
+        f"<script>{REFRESH_SCRIPT}</script>"
+    )
+    return page("Runs", body, reports)
+
+
+# Episodes ---------------------------------------------------------------------------------------
+
+
+def select(name: str, values: Sequence[Any], chosen: str, labels: dict[str, str] | None = None) -> str:
+    options = ['<option value="">any</option>'] + [
+        f'<option value="{html.escape(str(v))}"{" selected" if str(v) == chosen else ""}>'
+        f"{html.escape((labels or {}).get(str(v), str(v)))}</option>"
+        for v in values
+    ]
+    return f'<label>{name} <select name="{name}">{"".join(options)}</select></label>'
+
+
+def episodes_page(found: dict[str, Any], reports: Sequence[tuple[str, str]]) -> str:
+    chosen = EpisodeFilter(**found["filter"])
+    options = found["options"]
+    form = (
+        '<form class="filters" method="get" action="/episodes">'
+        + select("dir", options["dir"], chosen.dir)
+        + select("run", options["run"], chosen.run)
+        + select("variant", options["variant"], chosen.variant)
+        + select("seed", options["seed"], chosen.seed)
+        + select("env", options["env"], chosen.env)
+        + select("family", options["family"], chosen.family)
+        + select("success", ["true", "false"], chosen.success)
+        + select(
+            "error",
+            ["yes", "no"],
+            chosen.error if chosen.error in ("yes", "no") else "",
+            {"yes": "with an error", "no": "without"},
+        )
+        + select("purpose", options["purpose"], chosen.purpose)
+        + f'<label>text <input name="text" value="{html.escape(chosen.text)}" size="24"></label>'
+        + '<button type="submit">Filter</button></form>'
+    )
+    rows = [
+        [
+            episode_link(r["run_dir"], r["episode_id"]),
+            escape(r["variant"]),
+            escape(r["seed"]),
+            escape(r["env"]),
+            escape(r["family"]),
+            escape(r["task_id"]),
+            escape(r["question"]),
+            escape(r["response"]),
+            success_mark(r["success"])
+            + ("" if r["attempted"] else ' <span class="muted">not attempted</span>')
+            + (' <span class="tag">probe</span>' if r["probe"] else ""),
+            escape(r["n_calls"]),
+            escape(r["total_tokens"]),
+            dollars(r["cost_usd"]),
+            f'<span class="bad">{escape(r["error"])}</span>' if r["error"] else "",
+        ]
+        for r in found["rows"]
+    ]
+    pager = []
+    if found["page"] > 1:
+        pager.append(
+            f'<a href="/episodes?{html.escape(chosen.query_string(page=found["page"] - 1))}" '
+            'id="previous">previous</a>'
+        )
+    if found["page"] < found["pages"]:
+        pager.append(
+            f'<a href="/episodes?{html.escape(chosen.query_string(page=found["page"] + 1))}" '
+            'id="next">next</a>'
+        )
+    body = (
+        form + f'<p><span id="total">{found["total"]}</span> episodes match; page {found["page"]} of '
+        f"{found['pages']}. {' '.join(pager)}</p>"
+        + table(
+            [
+                "episode",
+                "variant",
+                "seed",
+                "env",
+                "family",
+                "task",
+                "question",
+                "answer",
+                "success",
+                "calls",
+                "tokens",
+                "dollars",
+                "error",
+            ],
+            rows,
+            element_id="episodes",
+        )
+    )
+    return page("Episodes", body, reports)
+
+
+def pretty_json(raw: str) -> str:
+    """JSON text indented; as it is when it is not JSON (a model's malformed arguments)."""
+    try:
+        return json.dumps(json.loads(raw), indent=1)
+    except ValueError:
+        return raw
+
+
+def messages_html(raw: str | None) -> str:
+    """A call's input: each chat message with its role, or the texts of an embedding call."""
+    if raw is None:
+        return '<p class="muted">no transcript (output.transcripts=false, or written before it existed)</p>'
+    try:
+        messages = json.loads(raw)
+    except ValueError:
+        return f"<pre>{html.escape(raw)}</pre>"
+    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+        parts = []
+        for message in messages:
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, indent=1)
+            extra = {k: v for k, v in message.items() if k not in ("role", "content")}
+            parts.append(
+                f'<div class="message"><span class="role">{escape(message.get("role"))}</span>'
+                f"<pre>{html.escape(str(text))}"
+                f"{html.escape(chr(10) + json.dumps(extra, indent=1)) if extra else ''}</pre></div>"
+            )
+        return "".join(parts)
+    return f"<pre>{html.escape(json.dumps(messages, indent=1))}</pre>"
+
+
+def call_html(call: dict[str, Any]) -> str:
+    figures = (
+        f"{call['prompt_tokens']} prompt + {call['completion_tokens']} completion tokens"
+        f" (cache read {cell(call['cache_read_tokens'])}, cache write {cell(call['cache_write_tokens'])},"
+        f" reasoning {cell(call['reasoning_tokens'])}), {dollars(call['cost_usd'])}, "
+        f"{call['latency_s']:.3f} s"
+        + (f", queued {call['queued_s']:.3f} s" if call["queued_s"] else "")
+        + (", <b>cached</b>" if call["cached"] else "")
+        + (f", {call['retries']} retries" if call["retries"] else "")
+    )
+    error = f'<p class="bad">{escape(call["error"])}</p>' if call["error"] else ""
+    tools = (
+        f"<b>tool calls</b><pre>{html.escape(pretty_json(call['tool_calls']))}</pre>"
+        if call["tool_calls"]
+        else ""
+    )
+    reply = (
+        "" if call["reply"] is None else f'<b>reply</b><pre class="reply">{html.escape(call["reply"])}</pre>'
+    )
+    return (
+        f'<details class="call" id="call-{html.escape(call["call_id"])}"><summary>attempt '
+        f"{escape(call['attempt'])} · <b>{escape(call['purpose'])}</b> · {escape(call['model'])} · "
+        f"{figures}</summary>{error}{messages_html(call['messages'])}{reply}{tools}</details>"
+    )
+
+
+def event_rows(dir_key: str, run_id: str, table_name: str, events: list[dict[str, Any]]) -> str:
+    """One episode's rows of an event table, each item linked to its place on the learnt page."""
+    if not events:
+        return ""
+    id_column = {
+        "memory_events": "memory_id",
+        "playbook_events": "bullet_id",
+        "skill_events": "skill_id",
+        "tool_events": "tool_id",
+        "gate_events": "edit_id",
+        "safety_events": "item_id",
+    }.get(table_name)
+    headers = [c for c in events[0] if c not in ("run_id", "episode_id", "task_id")]
+    rows = []
+    for event in events:
+        row = []
+        for column in headers:
+            value = event[column]
+            if column == id_column and value:
+                row.append(
+                    link("/learnt", value, "item-link", f"item-{value}", dir=dir_key, run=run_id, item=value)
+                )
+            elif column == "written_by":
+                row.append(episode_link(dir_key, value))
+            elif column in ("text", "code", "system_prompt", "prompt", "reason"):
+                row.append(f"<pre>{escape(value)}</pre>" if value and len(str(value)) > 80 else escape(value))
+            else:
+                row.append(escape(value))
+        rows.append(row)
+    return f"<h3>{html.escape(table_name)}</h3>" + table(headers, rows, element_id=table_name)
+
+
+def episode_page(detail: dict[str, Any], reports: Sequence[tuple[str, str]]) -> str:
+    episode, dir_key = detail["episode"], detail["dir"]
+    facts = table(
+        ["", ""],
+        [
+            [f"<b>{html.escape(k)}</b>", escape(v)]
+            for k, v in episode.items()
+            if k not in ("question", "reference", "response")
+        ],
+    )
+    body = [
+        f"<p>{link('/learnt', 'what this run learnt', dir=dir_key, run=episode['run_id'])} · "
+        f"{link('/episodes', 'its other episodes', dir=dir_key, run=episode['run_id'])}</p>",
+        f'<h2>Task</h2><pre id="question">{escape(episode["question"])}</pre>'
+        f'<p><b>reference</b> <span id="reference">{escape(episode["reference"])}</span><br>'
+        f'<b>answer</b> <span id="response">{escape(episode["response"])}</span> '
+        f"{success_mark(episode['success'])}</p>",
+    ]
+    if detail["attempts"]:
+        body.append(
+            "<h2>Attempts</h2>"
+            + table(
+                ["attempt", "response", "raw response", "success", "score", "judge", "steps", "reflection"],
+                [
+                    [
+                        escape(a["attempt"]),
+                        escape(a["response"]),
+                        f"<pre>{escape(a['raw_response'])}</pre>",
+                        success_mark(a["success"]),
+                        escape(a["score"]),
+                        escape(a["judge_score"]),
+                        escape(a["steps"]),
+                        escape(a["reflection"]),
+                    ]
+                    for a in detail["attempts"]
+                ],
+                element_id="attempts",
+            )
+        )
+    if detail["steps"]:
+        body.append(
+            "<h2>Steps</h2>"
+            + table(
+                [
+                    "attempt",
+                    "step",
+                    "action",
+                    "tool",
+                    "arguments",
+                    "tool error",
+                    "observation",
+                    "reward",
+                    "done",
+                ],
+                [
+                    [
+                        escape(s["attempt"]),
+                        escape(s["step"]),
+                        f"<pre>{escape(s['action'])}</pre>",
+                        escape(s["tool"]),
+                        escape(s["arguments"]),
+                        escape(s["tool_error"]),
+                        f"<pre>{escape(s['observation'])}</pre>",
+                        escape(s["reward"]),
+                        escape(s["done"]),
+                    ]
+                    for s in detail["steps"]
+                ],
+                element_id="steps",
+            )
+        )
+    body.append(
+        f'<h2>Model calls (<span id="calls">{len(detail["calls"])}</span>)</h2>'
+        + "".join(call_html(c) for c in detail["calls"])
+    )
+    learnt = "".join(
+        event_rows(dir_key, episode["run_id"], name, rows) for name, rows in detail["events"].items()
+    )
+    body.append(
+        "<h2>Learnt state: retrieved, written, judged</h2>"
+        + (learnt or '<p class="muted">This episode retrieved and wrote nothing.</p>')
+    )
+    body.append("<h2>The episode row</h2>" + facts)
+    return page(f"Episode {episode['episode_id']}", "".join(body), reports)
+
+
+# Comparison -------------------------------------------------------------------------------------
+
+
+def compare_page(
+    headline: str,
+    sections: list[Section],
+    figures: list[str],
+    selection: Sequence[str],
+    reports: Sequence[tuple[str, str]],
+) -> str:
+    chosen = (
+        f"{len(selection)} selected agent runs: " + ", ".join(html.escape(s) for s in selection)
+        if selection
+        else "all agent runs"
+    )
+    body = [
+        f"<p>{chosen}. Computed now by harness.report's own functions on the selected episodes."
+        f"{prose(headline)}</p>"
+    ]
+    for section in sections:
+        body.append(f"<h2>{html.escape(section.title)}</h2>")
+        if section.text:
+            body.append(f"<p>{prose(section.text)}</p>")
+        if section.table is not None:
+            body.append(table_html(section.table))
+        if section.notes:
+            body.append("<ul>" + "".join(f"<li>{prose(n)}</li>" for n in section.notes) + "</ul>")
+    body += figures
+    return page(
+        "Comparison",
+        "".join(body),
+        reports,
+        head='<script src="/static/plotly.js"></script>' if figures else "",
+    )
+
+
+def message_page(title: str, message: str) -> str:
+    return page(title, f'<p id="message">{html.escape(message)}</p>')

@@ -1,0 +1,56 @@
+"""`ray.address` null starts a Ray of the run's own, even while another cluster runs on the machine
+(it could be another user's); an address attaches to that cluster. Either way the run says which."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.models.model_server import free_port
+from tests.processes import QUIET, run_cli, stop_session
+
+SCRIPTED = ["model=scripted", "embedder=hashing", "stream.num_tasks=3", "cache.enabled=false", *QUIET]
+
+
+@pytest.fixture(scope="module")
+def other_cluster(tmp_path_factory):
+    """A `ray start --head` of this test's own, stopped by its session afterwards."""
+    port = free_port()
+    temp = tmp_path_factory.mktemp("ray")
+    command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+               "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false", "--block",
+               # Ports of its own: the defaults (8265, 52365) may belong to another run on this machine.
+               f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+               f"--temp-dir={temp}"]
+    head = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    for line in head.stdout:
+        if "Ray runtime started" in line or "ray start --address" in line:
+            break
+    yield f"127.0.0.1:{port}"
+    stop_session(head)  # every process `ray start` started is in the session it was given
+
+
+def test_null_starts_its_own_ray_even_when_another_cluster_runs(other_cluster, tmp_path):
+    result = run_cli(*SCRIPTED, f"hydra.run.dir={tmp_path / 'run'}", timeout=180,
+                     env={**os.environ, "RAY_ADDRESS": other_cluster})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "started a local Ray for this run" in result.stdout
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["ray_address"] != other_cluster
+
+
+def test_an_address_attaches_and_says_so(other_cluster, tmp_path):
+    result = run_cli(*SCRIPTED, f"ray.address={other_cluster}", f"hydra.run.dir={tmp_path / 'run'}",
+                     timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    port = other_cluster.rsplit(":", 1)[1]
+    assert f"attached to the Ray cluster at {other_cluster} (" in result.stdout
+    assert ", 1 node)" in result.stdout
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["ray_address"].endswith(f":{port}")
+    assert (tmp_path / "run" / "episodes").is_dir()

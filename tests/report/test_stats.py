@@ -1,0 +1,162 @@
+"""The report's statistics behave as stated: checked on synthetic data with known effects."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from harness.report.compare import adaptation_tasks, evolution_metrics, paired_comparisons
+from harness.report.stats import (
+    holm,
+    mcnemar_exact,
+    pairs_needed,
+    pairs_needed_at_rates,
+    stratified_bootstrap_ci,
+)
+
+# Joint outcome of (reference, candidate) on one task: both fail, only the candidate solves it
+# (gained), only the reference does (lost), both solve it. True difference: 0.20 - 0.08 = 0.12.
+JOINT = {(0, 0): 0.30, (0, 1): 0.20, (1, 0): 0.08, (1, 1): 0.42}
+TRUE_DIFFERENCE = 0.12
+
+
+def draw_pairs(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    outcomes = list(JOINT)
+    picks = rng.choice(len(outcomes), size=n, p=list(JOINT.values()))
+    ref = np.array([outcomes[i][0] for i in picks], dtype=bool)
+    cand = np.array([outcomes[i][1] for i in picks], dtype=bool)
+    return ref, cand
+
+
+def test_the_paired_stratified_interval_covers_the_true_difference_about_95_percent_of_the_time():
+    rng = np.random.default_rng(11)
+    strata = np.repeat([0, 1, 2], 40)  # 40 tasks x 3 seeds
+    covered = 0
+    draws = 1000  # the coverage estimate's standard error is about 0.007
+    for i in range(draws):
+        ref, cand = draw_pairs(rng, len(strata))
+        low, high = stratified_bootstrap_ci(cand.astype(float) - ref.astype(float), strata, seed=i,
+                                            resamples=1000)
+        covered += low <= TRUE_DIFFERENCE <= high
+    assert 0.93 <= covered / draws <= 0.97
+
+
+def test_the_interval_keeps_each_stratum_whole():
+    # Stratum a is all 1s, stratum b all 0s: any resample within strata has mean exactly 0.5.
+    values = np.array([1.0] * 10 + [0.0] * 30)
+    strata = np.array(["a"] * 10 + ["b"] * 30)
+    assert stratified_bootstrap_ci(values, strata) == (0.25, 0.25)
+
+
+def test_exact_mcnemar_counts_discordant_pairs_and_matches_the_binomial_tail():
+    ref = np.array([0] * 10 + [1] * 2 + [1] * 5 + [0] * 3, dtype=bool)
+    cand = np.array([1] * 10 + [0] * 2 + [1] * 5 + [0] * 3, dtype=bool)
+    gained, lost, p = mcnemar_exact(ref, cand)
+    assert (gained, lost) == (10, 2)
+    assert p == pytest.approx(2 * (1 + 12 + 66) / 4096)
+    assert mcnemar_exact(ref, ref)[2] == 1.0
+
+
+def test_holm_multiplies_by_the_remaining_count_and_keeps_the_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+
+
+def test_the_planned_number_of_pairs_gives_about_80_percent_power():
+    needed = pairs_needed(gained=20, lost=8, pairs=100)
+    assert needed is not None and 100 < needed < 1000
+    rng = np.random.default_rng(3)
+    joint = {(0, 1): 0.20, (1, 0): 0.08, (0, 0): 0.36, (1, 1): 0.36}
+    outcomes = list(joint)
+    rejected = 0
+    for _ in range(300):
+        picks = rng.choice(len(outcomes), size=needed, p=list(joint.values()))
+        ref = np.array([outcomes[i][0] for i in picks], dtype=bool)
+        cand = np.array([outcomes[i][1] for i in picks], dtype=bool)
+        rejected += mcnemar_exact(ref, cand)[2] < 0.05
+    assert 0.72 <= rejected / 300 <= 0.88
+    assert pairs_needed(5, 5, 50) is None
+
+
+def test_the_planned_pairs_from_rates_agree_with_the_planned_pairs_from_counts():
+    assert pairs_needed_at_rates(0.20, 0.08) == pairs_needed(20, 8, 100)
+    assert pairs_needed_at_rates(0.08, 0.20) == pairs_needed(8, 20, 100)
+    # Discordance 0.5, difference 0.125: (1.96 sqrt(0.5) + 0.8416 sqrt(0.484375))^2 / 0.015625 = 248.8
+    assert pairs_needed_at_rates(0.3125, 0.1875) == 249
+    assert pairs_needed_at_rates(0.25, 0.25) is None
+    assert pairs_needed_at_rates(0.1 + 0.2, 0.3) is None  # equal but for rounding
+    assert pairs_needed_at_rates(0.0, 0.0) is None
+
+
+def episodes_frame(groups: dict[str, dict[int, list[bool]]], scenario: str = "sequential",
+                   tasks_of=lambda seed, position: f"t{seed}-{position}") -> pl.DataFrame:
+    rows = []
+    for variant, by_seed in groups.items():
+        for seed, outcomes in by_seed.items():
+            for position, success in enumerate(outcomes):
+                rows.append({"variant": variant, "env": "countries", "scenario": scenario, "model": "m",
+                             "seed": seed, "order_seed": seed, "stream_position": position, "probe": False,
+                             "attempted": True, "task_id": tasks_of(seed, position), "success": success,
+                             "run_id": f"{variant}-{scenario}-{seed}", "total_tokens": 100, "cost_usd": 0.01})
+    return pl.DataFrame(rows)
+
+
+def test_variants_are_paired_task_by_task_against_the_reference():
+    rng = np.random.default_rng(1)
+    groups: dict[str, dict[int, list[bool]]] = {"baseline": {}, "memory": {}, "retry": {}}
+    for seed in range(3):
+        ref, cand = draw_pairs(rng, 60)
+        groups["baseline"][seed], groups["memory"][seed] = list(ref), list(cand)
+        groups["retry"][seed] = list(ref)  # the same outcomes: no difference
+    result = paired_comparisons(episodes_frame(groups), ["variant"])
+    by_group = {row["group"]: row for row in result.table.iter_rows(named=True)}
+    memory, retry = by_group["memory"], by_group["retry"]
+    assert memory["pairs"] == 180 and memory["seeds"] == 3 and memory["reference"] == "baseline"
+    assert memory["difference"] == pytest.approx(memory["rate"] - memory["reference_rate"])
+    assert memory["ci_low"] < memory["difference"] < memory["ci_high"]
+    assert memory["p_holm"] >= memory["p_value"]
+    assert (retry["difference"], retry["p_value"], retry["resolved"]) == (0.0, 1.0, False)
+    assert len(result.plans) == 2 and "no difference observed" in result.plans[1]
+
+
+def test_runs_that_saw_different_tasks_are_not_paired():
+    frame = pl.concat([
+        episodes_frame({"baseline": {0: [True, False, True]}}),
+        episodes_frame({"memory": {0: [True, True, True]}}, tasks_of=lambda _seed, position: f"x{position}"),
+    ])
+    result = paired_comparisons(frame, ["variant"])
+    assert result.table.is_empty()
+    assert result.notes == ["memory vs baseline: not paired, they saw different tasks (3 positions, first at "
+                            "seed 0 position 0: t0-0 vs x0)"]
+
+
+def test_a_missing_reference_is_said_not_guessed():
+    result = paired_comparisons(episodes_frame({"memory": {0: [True]}}), ["variant"], reference="baseline")
+    assert result.table.is_empty() and "no reference group 'baseline'" in result.notes[0]
+
+
+def test_adaptation_counts_tasks_until_the_rolling_success_nears_its_final_level():
+    assert adaptation_tasks(np.array([0] * 10 + [1] * 20), window=10, fraction=0.9) == 19
+    assert adaptation_tasks(np.array([1] * 30), window=10, fraction=0.9) == 10
+    assert adaptation_tasks(np.array([0] * 30), window=10, fraction=0.9) is None
+
+
+def test_evolution_gain_is_sequential_minus_isolated_on_the_same_tasks():
+    sequential = episodes_frame({"memory": {0: [False] * 5 + [True] * 15, 1: [False] * 4 + [True] * 16}})
+    isolated = episodes_frame({"memory": {0: [False] * 20, 1: [False] * 10 + [True] * 10}},
+                              scenario="isolated")
+    metrics = evolution_metrics(pl.concat([sequential, isolated]), ["variant", "scenario"], window=5)
+    row = metrics.filter(pl.col("scenario") == "sequential").row(0, named=True)
+    assert row["evolution_gain"] == pytest.approx((15 + 6) / 40)
+    assert row["evolution_gain_low"] <= row["evolution_gain"] <= row["evolution_gain_high"]
+    assert row["success_per_1k_tokens"] == pytest.approx(31 / 4.0)
+    assert row["success_per_usd"] == pytest.approx(31 / 0.4)
+    assert row["std_over_seeds"] == pytest.approx(np.std([15 / 20, 16 / 20], ddof=1))
+    assert metrics.filter(pl.col("scenario") == "isolated")["evolution_gain"].to_list() == [None]
+
+
+def test_forgetting_is_the_drop_from_learning_a_task_to_its_last_replay():
+    stream = episodes_frame({"memory": {0: [True, True, False, False]}})
+    probes = stream.filter(pl.col("stream_position") < 2).with_columns(
+        probe=pl.lit(True), stream_position=pl.lit(3, pl.Int64), success=pl.Series([True, False]))
+    row = evolution_metrics(pl.concat([stream, probes]), ["variant"], window=2).row(0, named=True)
+    assert row["forgetting"] == pytest.approx(0.5)
