@@ -34,6 +34,14 @@ from harness.agent_api import (
 DEFAULT_SYSTEM_PROMPT = "You are a concise assistant. Answer with the answer only, no explanation."
 
 
+def require_placeholders(option: str, template: str, *names: str) -> None:
+    """Refuse a prompt template that lacks any of the `{name}` placeholders its agent fills in, in
+    one line naming the option and what is missing: "variant.x_prompt must contain {a} and {b}"."""
+    missing = [f"{{{name}}}" for name in names if f"{{{name}}}" not in template]
+    if missing:
+        raise ValueError(f"{option} must contain {' and '.join(missing)}")
+
+
 class Agent(agent_api.Agent):
     #: How the agent's prompt relates to the evaluated stream; OPRO-like variants that tune on a
     #: split say `held_out` or `resubstitution`.

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent
+from agents.base import Agent, require_placeholders
 from agents.memory_store import cosine
 from agents.sandbox import Sandbox
 from agents.tool_learning import check_tool_code
@@ -164,12 +164,9 @@ class CheatsheetAgent(Agent):
             raise ValueError(f"variant.mode must be cumulative or retrieval_synthesis, got {mode!r}")
         if max_words < 1 or top_k < 1 or capacity < 1 or curate_max_tokens < 1:
             raise ValueError("variant.max_words, top_k, capacity and curate_max_tokens must be >= 1")
-        for name, prompt, fields in (
-                ("curate_prompt", curate_prompt, ("{cheatsheet}", "{question}", "{answer}", "{outcome}")),
-                ("synthesize_prompt", synthesize_prompt, ("{past_tasks}", "{question}"))):
-            missing = [f for f in fields if f not in prompt]
-            if missing:
-                raise ValueError(f"variant.{name} must contain {' and '.join(missing)}")
+        require_placeholders("variant.curate_prompt", curate_prompt,
+                             "cheatsheet", "question", "answer", "outcome")
+        require_placeholders("variant.synthesize_prompt", synthesize_prompt, "past_tasks", "question")
         self.mode: Mode = mode
         self.max_words = max_words
         self.top_k = top_k

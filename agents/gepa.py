@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.base import require_placeholders
 from agents.baseline import BaselineAgent
 from harness.agent_api import AgentContext, PromptRow, TuningAttempt, TuningSet
 
@@ -99,10 +100,8 @@ class GepaAgent(BaselineAgent):
         super().__init__(context, **kwargs)
         if max_rollouts < 1 or pareto_size < 1 or minibatch < 1:
             raise ValueError("variant.max_rollouts, variant.pareto_size and variant.minibatch must be >= 1")
-        if "{instruction}" not in reflect_prompt or "{examples}" not in reflect_prompt:
-            raise ValueError("variant.reflect_prompt must contain {instruction} and {examples}")
-        if "{first}" not in merge_prompt or "{second}" not in merge_prompt:
-            raise ValueError("variant.merge_prompt must contain {first} and {second}")
+        require_placeholders("variant.reflect_prompt", reflect_prompt, "instruction", "examples")
+        require_placeholders("variant.merge_prompt", merge_prompt, "first", "second")
         self.max_rollouts = max_rollouts
         self.pareto_size = pareto_size
         self.minibatch = minibatch

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.base import require_placeholders
 from agents.baseline import BaselineAgent
 from harness.agent_api import AgentContext, PromptRow, TuningSet
 
@@ -31,8 +32,7 @@ class OproAgent(BaselineAgent):
         super().__init__(context, **kwargs)
         if steps < 1 or tuning_limit < 1:
             raise ValueError("variant.steps and variant.tuning_limit must be >= 1")
-        if "{history}" not in meta_prompt or "{examples}" not in meta_prompt:
-            raise ValueError("variant.meta_prompt must contain {examples} and {history}")
+        require_placeholders("variant.meta_prompt", meta_prompt, "examples", "history")
         self.steps = steps
         self.tuning_limit = tuning_limit
         self.meta_examples = meta_examples

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent
+from agents.base import Agent, require_placeholders
 from agents.memory_store import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, Feedback, GateKind, Opening, PlaybookEventRow, Render
@@ -121,12 +121,8 @@ class PlaybookAgent(Agent):
         reflect_prompt = reflect_prompt or REFLECT_PROMPT  # null in the yaml: the built-in prompt
         curate_prompt = curate_prompt or CURATE_PROMPT  # null in the yaml: the built-in prompt
         super().__init__(context, **kwargs)
-        for name, prompt, fields in (
-                ("reflect_prompt", reflect_prompt, ("{question}", "{answer}", "{bullets}")),
-                ("curate_prompt", curate_prompt, ("{insight}", "{bullets}"))):
-            missing = [f for f in fields if f not in prompt]
-            if missing:
-                raise ValueError(f"variant.{name} must contain {' and '.join(missing)}")
+        require_placeholders("variant.reflect_prompt", reflect_prompt, "question", "answer", "bullets")
+        require_placeholders("variant.curate_prompt", curate_prompt, "insight", "bullets")
         if not 0 < merge_similarity <= 1 or max_words < 1:
             raise ValueError("variant.merge_similarity must be in (0, 1] and variant.max_words >= 1")
         self.reflect_prompt = reflect_prompt

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.base import Agent
+from agents.base import Agent, require_placeholders
 from agents.memory_store import EpisodicMemory, cosine
 from envs.base import EnvEpisode
 from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Trial
@@ -227,12 +227,9 @@ class ReasoningBankAgent(Agent):
                              "matts_temperature >= 0")
         if matts != "none" and kwargs.get("max_attempts", 1) > 1:
             raise ValueError("variant.matts makes matts_k attempts at every task: leave max_attempts at 1")
-        for name, prompt, fields in (("success_prompt", success_prompt, ("{question}", "{trajectory}")),
-                                     ("failure_prompt", failure_prompt, ("{question}", "{trajectory}")),
-                                     ("contrast_prompt", contrast_prompt, ("{question}", "{attempts}"))):
-            missing = [f for f in fields if f not in prompt]
-            if missing:
-                raise ValueError(f"variant.{name} must contain {' and '.join(missing)}")
+        require_placeholders("variant.success_prompt", success_prompt, "question", "trajectory")
+        require_placeholders("variant.failure_prompt", failure_prompt, "question", "trajectory")
+        require_placeholders("variant.contrast_prompt", contrast_prompt, "question", "attempts")
         super().__init__(context, **kwargs)
         self.bank = StrategyMemory(self.llm, context.recorder, directory=context.workdir / "memory",
                                    table=context.run_id, **memory)

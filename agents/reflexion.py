@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.base import Agent
+from agents.base import Agent, require_placeholders
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, AttemptResult, Trial
 
@@ -22,8 +22,7 @@ class ReflexionAgent(Agent):
                  **kwargs: Any) -> None:
         reflect_prompt = reflect_prompt or REFLECT_PROMPT  # null in the yaml: the built-in prompt
         super().__init__(context, max_attempts=max_attempts, **kwargs)
-        if "{question}" not in reflect_prompt or "{answer}" not in reflect_prompt:
-            raise ValueError("variant.reflect_prompt must contain {question} and {answer}")
+        require_placeholders("variant.reflect_prompt", reflect_prompt, "question", "answer")
         self.reflect_prompt = reflect_prompt
         self.reflections: list[str] = []
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agents.base import Agent
+from agents.base import Agent, require_placeholders
 from envs.base import EnvEpisode
 from harness.agent_api import AgentContext, Attempt
 
@@ -35,10 +35,8 @@ class SelfRefineAgent(Agent):
         super().__init__(context, **kwargs)
         if max_rounds < 1:
             raise ValueError(f"variant.max_rounds must be >= 1, got {max_rounds}")
-        if "{question}" not in critique_prompt or "{answer}" not in critique_prompt:
-            raise ValueError("variant.critique_prompt must contain {question} and {answer}")
-        if "{critique}" not in refine_prompt:
-            raise ValueError("variant.refine_prompt must contain {critique}")
+        require_placeholders("variant.critique_prompt", critique_prompt, "question", "answer")
+        require_placeholders("variant.refine_prompt", refine_prompt, "critique")
         self.max_rounds = max_rounds
         self.critique_prompt = critique_prompt
         self.refine_prompt = refine_prompt

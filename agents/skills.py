@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent
+from agents.base import Agent, require_placeholders
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import (
@@ -68,9 +68,7 @@ class SkillsAgent(Agent):
             raise ValueError("variant.max_skills and variant.top_k must be >= 1, variant.successes_kept >= 0")
         if propose_on not in ("failure", "always"):
             raise ValueError(f"variant.propose_on must be failure or always, got {propose_on!r}")
-        missing = [f for f in ("{question}", "{answer}", "{successes}") if f not in propose_prompt]
-        if missing:
-            raise ValueError(f"variant.propose_prompt must contain {' and '.join(missing)}")
+        require_placeholders("variant.propose_prompt", propose_prompt, "question", "answer", "successes")
         self.max_skills = max_skills
         self.top_k = top_k
         self.min_similarity = min_similarity

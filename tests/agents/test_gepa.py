@@ -146,7 +146,7 @@ def test_it_runs_on_every_env_with_the_scripted_model(env):
 @pytest.mark.parametrize(("override", "says"), [
     ("variant.minibatch=0", "variant.max_rollouts, variant.pareto_size and variant.minibatch must be >= 1"),
     ("variant.reflect_prompt='{examples} only'", "variant.reflect_prompt must contain {instruction}"),
-    ("variant.merge_prompt='{first} only'", "variant.merge_prompt must contain {first} and {second}")])
+    ("variant.merge_prompt='{first} only'", "variant.merge_prompt must contain {second}")])
 def test_a_bad_option_is_refused_in_one_line(override, says):
     with pytest.raises(ConfigError, match=r"^invalid config: variant: ValueError: .*" + re.escape(says)):
         run_variant("variant=gepa", "stream.num_tasks=1", override)
