@@ -22,13 +22,11 @@ from harness.agent_run.plan import AgentRunSpec, instantiate_component
 from harness.agent_run.safety import SafetyChecker
 from harness.config import ConfigError
 
-HARNESS_OPTIONS = ("reward_source", "judge", "gate", "probe_size", "regression_budget", "accept_ties",
-                   "safety")
-"""Variant options the harness applies around the agent; every other option is the agent's own."""
-
 
 class HarnessOptions(BaseModel):
-    """The variant options of HARNESS_OPTIONS, as conf/variant/parts/base.yaml sets them."""
+    """The variant options the harness applies around the agent, declared here once: every other
+    option is the agent's own. Their defaults are conf/variant/parts/base.yaml's values (a test
+    holds them equal)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -39,6 +37,10 @@ class HarnessOptions(BaseModel):
     regression_budget: int = 0
     accept_ties: bool = True
     safety: dict[str, Any] | None = None
+
+
+HARNESS_OPTIONS = tuple(HarnessOptions.model_fields)
+"""The names of the harness's variant options (HarnessOptions' fields)."""
 
 
 def split_options(variant_cfg: dict[str, Any]) -> tuple[dict[str, Any], HarnessOptions]:
