@@ -142,3 +142,18 @@ def test_only_harness_tables_reads_the_tables():
         if calls:
             readers[name] = sorted(calls)
     assert readers == {}, "read the tables through harness.tables.reading"
+
+
+MAX_FUNCTION_LINES = 60
+"""Lines of a function or method, its decorators left out: past it, split it into steps with names."""
+
+
+def test_no_function_is_longer_than_60_lines():
+    too_long = []
+    for name, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name} (line {node.lineno}): {lines} lines")
+    assert too_long == [], "split into named steps: " + "; ".join(too_long)

@@ -30,9 +30,11 @@ pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;font-size:12px;max-heigh
 """
 
 
-def _text(value: str) -> str:
-    """Escape, then show `code` spans as code."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(value))
+def prose(text: str, bold: bool = False) -> str:
+    """The report's markdown text as HTML: escaped, its `code` spans as code and, with `bold`, its **bold**
+    as bold (the viewer's pages do; report.html keeps the asterisks as written)."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text) if bold else text
 
 
 def table_html(frame: pl.DataFrame) -> str:
@@ -40,6 +42,20 @@ def table_html(frame: pl.DataFrame) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in row) + "</tr>"
                    for row in frame.iter_rows())
     return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def section_html(section: Section, heading_id: str = "", bold: bool = False) -> str:
+    """A section of the report as HTML, in report.html and the viewer's comparison alike: its title, text,
+    table and notes (its figure, drawn differently by each, is the caller's)."""
+    anchor = f' id="{heading_id}"' if heading_id else ""
+    parts = [f"<h2{anchor}>{html.escape(section.title)}</h2>"]
+    if section.text:
+        parts.append(f"<p>{prose(section.text, bold)}</p>")
+    if section.table is not None:
+        parts.append(table_html(section.table))
+    if section.notes:
+        parts.append("<ul>" + "".join(f"<li>{prose(n, bold)}</li>" for n in section.notes) + "</ul>")
+    return "".join(parts)
 
 
 def _label(row: dict[str, Any], keys: list[str]) -> str:
@@ -154,18 +170,12 @@ def write_html(path: Path, summary: str, sections: list[Section], table: pl.Data
                "learning_curves": lambda: learning_curves_figure(learning, keys)}
     if views is not None:
         figures["snapshot_views"] = lambda: snapshot_views_figure(views)
-    body = [f"<h1>Report</h1><p>{_text(summary)}</p><ul>"]
+    body = [f"<h1>Report</h1><p>{prose(summary)}</p><ul>"]
     body += [f'<li><a href="#s{i}">{html.escape(s.title)}</a></li>' for i, s in enumerate(sections)]
     body.append('<li><a href="#episodes">Episodes and transcripts</a></li></ul>')
     scripts_inlined = False
     for i, section in enumerate(sections):
-        body.append(f'<h2 id="s{i}">{html.escape(section.title)}</h2>')
-        if section.text:
-            body.append(f"<p>{_text(section.text)}</p>")
-        if section.table is not None:
-            body.append(table_html(section.table))
-        if section.notes:
-            body.append("<ul>" + "".join(f"<li>{_text(n)}</li>" for n in section.notes) + "</ul>")
+        body.append(section_html(section, heading_id=f"s{i}"))
         if section.figure in figures:
             figure = figures[section.figure]()
             body.append(figure.to_html(full_html=False, include_plotlyjs=not scripts_inlined))

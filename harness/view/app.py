@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from harness.view.learnt import learnt_page, learnt_state
+from harness.view.learnt import learnt_page
+from harness.view.learnt_queries import learnt_state
 from harness.view.pages import (
     compare_page,
     episode_page,

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from harness.report.html import STYLE as REPORT_STYLE
-from harness.report.html import table_html
+from harness.report.html import prose, section_html
 from harness.report.parts import Section, cell
 from harness.view.queries import EpisodeFilter
 
@@ -46,12 +45,6 @@ async function refresh() {
 }
 setInterval(refresh, 2000);
 """
-
-
-def prose(text: str) -> str:
-    """The report's markdown text: escaped, its `code` spans as code and its **bold** as bold."""
-    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
 
 
 def escape(value: Any) -> str:
@@ -200,10 +193,37 @@ def select(name: str, values: Sequence[Any], chosen: str, labels: dict[str, str]
     return f'<label>{name} <select name="{name}">{"".join(options)}</select></label>'
 
 
+EPISODE_LIST_HEADERS = (
+    "episode",
+    "variant",
+    "seed",
+    "env",
+    "family",
+    "task",
+    "question",
+    "answer",
+    "success",
+    "calls",
+    "tokens",
+    "dollars",
+    "error",
+)
+
+
 def episodes_page(found: dict[str, Any], reports: Sequence[tuple[str, str]]) -> str:
     chosen = EpisodeFilter(**found["filter"])
-    options = found["options"]
-    form = (
+    body = (
+        filters_form(chosen, found["options"])
+        + f'<p><span id="total">{found["total"]}</span> episodes match; page {found["page"]} of '
+        f"{found['pages']}. {' '.join(episodes_pager(found, chosen))}</p>"
+        + table(EPISODE_LIST_HEADERS, [episode_list_row(e) for e in found["rows"]], element_id="episodes")
+    )
+    return page("Episodes", body, reports)
+
+
+def filters_form(chosen: EpisodeFilter, options: dict[str, list[Any]]) -> str:
+    """The episodes page's filters, each showing what is chosen now."""
+    return (
         '<form class="filters" method="get" action="/episodes">'
         + select("dir", options["dir"], chosen.dir)
         + select("run", options["run"], chosen.run)
@@ -222,26 +242,30 @@ def episodes_page(found: dict[str, Any], reports: Sequence[tuple[str, str]]) -> 
         + f'<label>text <input name="text" value="{html.escape(chosen.text)}" size="24"></label>'
         + '<button type="submit">Filter</button></form>'
     )
-    rows = [
-        [
-            episode_link(r["run_dir"], r["episode_id"]),
-            escape(r["variant"]),
-            escape(r["seed"]),
-            escape(r["env"]),
-            escape(r["family"]),
-            escape(r["task_id"]),
-            escape(r["question"]),
-            escape(r["response"]),
-            success_mark(r["success"])
-            + ("" if r["attempted"] else ' <span class="muted">not attempted</span>')
-            + (' <span class="tag">probe</span>' if r["probe"] else ""),
-            escape(r["n_calls"]),
-            escape(r["total_tokens"]),
-            dollars(r["cost_usd"]),
-            f'<span class="bad">{escape(r["error"])}</span>' if r["error"] else "",
-        ]
-        for r in found["rows"]
+
+
+def episode_list_row(episode: dict[str, Any]) -> list[str]:
+    return [
+        episode_link(episode["run_dir"], episode["episode_id"]),
+        escape(episode["variant"]),
+        escape(episode["seed"]),
+        escape(episode["env"]),
+        escape(episode["family"]),
+        escape(episode["task_id"]),
+        escape(episode["question"]),
+        escape(episode["response"]),
+        success_mark(episode["success"])
+        + ("" if episode["attempted"] else ' <span class="muted">not attempted</span>')
+        + (' <span class="tag">probe</span>' if episode["probe"] else ""),
+        escape(episode["n_calls"]),
+        escape(episode["total_tokens"]),
+        dollars(episode["cost_usd"]),
+        f'<span class="bad">{escape(episode["error"])}</span>' if episode["error"] else "",
     ]
+
+
+def episodes_pager(found: dict[str, Any], chosen: EpisodeFilter) -> list[str]:
+    """Links to the pages before and after this one, with the same filters."""
     pager = []
     if found["page"] > 1:
         pager.append(
@@ -253,30 +277,7 @@ def episodes_page(found: dict[str, Any], reports: Sequence[tuple[str, str]]) -> 
             f'<a href="/episodes?{html.escape(chosen.query_string(page=found["page"] + 1))}" '
             'id="next">next</a>'
         )
-    body = (
-        form + f'<p><span id="total">{found["total"]}</span> episodes match; page {found["page"]} of '
-        f"{found['pages']}. {' '.join(pager)}</p>"
-        + table(
-            [
-                "episode",
-                "variant",
-                "seed",
-                "env",
-                "family",
-                "task",
-                "question",
-                "answer",
-                "success",
-                "calls",
-                "tokens",
-                "dollars",
-                "error",
-            ],
-            rows,
-            element_id="episodes",
-        )
-    )
-    return page("Episodes", body, reports)
+    return pager
 
 
 def pretty_json(raw: str) -> str:
@@ -370,7 +371,84 @@ def event_rows(dir_key: str, run_id: str, table_name: str, events: list[dict[str
 
 def episode_page(detail: dict[str, Any], reports: Sequence[tuple[str, str]]) -> str:
     episode, dir_key = detail["episode"], detail["dir"]
-    facts = table(
+    learnt = "".join(
+        event_rows(dir_key, episode["run_id"], name, rows) for name, rows in detail["events"].items()
+    )
+    body = [
+        f"<p>{link('/learnt', 'what this run learnt', dir=dir_key, run=episode['run_id'])} · "
+        f"{link('/episodes', 'its other episodes', dir=dir_key, run=episode['run_id'])}</p>",
+        task_html(episode),
+        attempts_html(detail["attempts"]),
+        steps_html(detail["steps"]),
+        f'<h2>Model calls (<span id="calls">{len(detail["calls"])}</span>)</h2>'
+        + "".join(call_html(c) for c in detail["calls"]),
+        "<h2>Learnt state: retrieved, written, judged</h2>"
+        + (learnt or '<p class="muted">This episode retrieved and wrote nothing.</p>'),
+        "<h2>The episode row</h2>" + episode_facts(episode),
+    ]
+    return page(f"Episode {episode['episode_id']}", "".join(body), reports)
+
+
+def task_html(episode: dict[str, Any]) -> str:
+    """The question, the reference and the answer, marked right or wrong."""
+    return (
+        f'<h2>Task</h2><pre id="question">{escape(episode["question"])}</pre>'
+        f'<p><b>reference</b> <span id="reference">{escape(episode["reference"])}</span><br>'
+        f'<b>answer</b> <span id="response">{escape(episode["response"])}</span> '
+        f"{success_mark(episode['success'])}</p>"
+    )
+
+
+def attempts_html(attempts: list[dict[str, Any]]) -> str:
+    """The episode's attempts (several for a variant that retries or reflects); nothing when none."""
+    if not attempts:
+        return ""
+    return "<h2>Attempts</h2>" + table(
+        ["attempt", "response", "raw response", "success", "score", "judge", "steps", "reflection"],
+        [
+            [
+                escape(a["attempt"]),
+                escape(a["response"]),
+                f"<pre>{escape(a['raw_response'])}</pre>",
+                success_mark(a["success"]),
+                escape(a["score"]),
+                escape(a["judge_score"]),
+                escape(a["steps"]),
+                escape(a["reflection"]),
+            ]
+            for a in attempts
+        ],
+        element_id="attempts",
+    )
+
+
+def steps_html(steps: list[dict[str, Any]]) -> str:
+    """The actions of a multi-step environment and what each returned; nothing for a one-step task."""
+    if not steps:
+        return ""
+    return "<h2>Steps</h2>" + table(
+        ["attempt", "step", "action", "tool", "arguments", "tool error", "observation", "reward", "done"],
+        [
+            [
+                escape(s["attempt"]),
+                escape(s["step"]),
+                f"<pre>{escape(s['action'])}</pre>",
+                escape(s["tool"]),
+                escape(s["arguments"]),
+                escape(s["tool_error"]),
+                f"<pre>{escape(s['observation'])}</pre>",
+                escape(s["reward"]),
+                escape(s["done"]),
+            ]
+            for s in steps
+        ],
+        element_id="steps",
+    )
+
+
+def episode_facts(episode: dict[str, Any]) -> str:
+    """The episode row's other columns, one per line (the texts are shown above)."""
+    return table(
         ["", ""],
         [
             [f"<b>{html.escape(k)}</b>", escape(v)]
@@ -378,80 +456,6 @@ def episode_page(detail: dict[str, Any], reports: Sequence[tuple[str, str]]) -> 
             if k not in ("question", "reference", "response")
         ],
     )
-    body = [
-        f"<p>{link('/learnt', 'what this run learnt', dir=dir_key, run=episode['run_id'])} · "
-        f"{link('/episodes', 'its other episodes', dir=dir_key, run=episode['run_id'])}</p>",
-        f'<h2>Task</h2><pre id="question">{escape(episode["question"])}</pre>'
-        f'<p><b>reference</b> <span id="reference">{escape(episode["reference"])}</span><br>'
-        f'<b>answer</b> <span id="response">{escape(episode["response"])}</span> '
-        f"{success_mark(episode['success'])}</p>",
-    ]
-    if detail["attempts"]:
-        body.append(
-            "<h2>Attempts</h2>"
-            + table(
-                ["attempt", "response", "raw response", "success", "score", "judge", "steps", "reflection"],
-                [
-                    [
-                        escape(a["attempt"]),
-                        escape(a["response"]),
-                        f"<pre>{escape(a['raw_response'])}</pre>",
-                        success_mark(a["success"]),
-                        escape(a["score"]),
-                        escape(a["judge_score"]),
-                        escape(a["steps"]),
-                        escape(a["reflection"]),
-                    ]
-                    for a in detail["attempts"]
-                ],
-                element_id="attempts",
-            )
-        )
-    if detail["steps"]:
-        body.append(
-            "<h2>Steps</h2>"
-            + table(
-                [
-                    "attempt",
-                    "step",
-                    "action",
-                    "tool",
-                    "arguments",
-                    "tool error",
-                    "observation",
-                    "reward",
-                    "done",
-                ],
-                [
-                    [
-                        escape(s["attempt"]),
-                        escape(s["step"]),
-                        f"<pre>{escape(s['action'])}</pre>",
-                        escape(s["tool"]),
-                        escape(s["arguments"]),
-                        escape(s["tool_error"]),
-                        f"<pre>{escape(s['observation'])}</pre>",
-                        escape(s["reward"]),
-                        escape(s["done"]),
-                    ]
-                    for s in detail["steps"]
-                ],
-                element_id="steps",
-            )
-        )
-    body.append(
-        f'<h2>Model calls (<span id="calls">{len(detail["calls"])}</span>)</h2>'
-        + "".join(call_html(c) for c in detail["calls"])
-    )
-    learnt = "".join(
-        event_rows(dir_key, episode["run_id"], name, rows) for name, rows in detail["events"].items()
-    )
-    body.append(
-        "<h2>Learnt state: retrieved, written, judged</h2>"
-        + (learnt or '<p class="muted">This episode retrieved and wrote nothing.</p>')
-    )
-    body.append("<h2>The episode row</h2>" + facts)
-    return page(f"Episode {episode['episode_id']}", "".join(body), reports)
 
 
 # Comparison -------------------------------------------------------------------------------------
@@ -471,16 +475,9 @@ def compare_page(
     )
     body = [
         f"<p>{chosen}. Computed now by harness.report's own functions on the selected episodes."
-        f"{prose(headline)}</p>"
+        f"{prose(headline, bold=True)}</p>"
     ]
-    for section in sections:
-        body.append(f"<h2>{html.escape(section.title)}</h2>")
-        if section.text:
-            body.append(f"<p>{prose(section.text)}</p>")
-        if section.table is not None:
-            body.append(table_html(section.table))
-        if section.notes:
-            body.append("<ul>" + "".join(f"<li>{prose(n)}</li>" for n in section.notes) + "</ul>")
+    body += [section_html(section, bold=True) for section in sections]
     body += figures
     return page(
         "Comparison",

@@ -48,6 +48,13 @@ def runs_overview(store: Store) -> list[dict[str, Any]]:
     of planned, success rate, tokens, dollars (null when any cost is unknown) and errors, counted as
     the summary counts them (stream episodes; probes apart)."""
     dirs = store.run_dirs()
+    written = written_figures(store, dirs)
+    labels = settings_by_run(store, dirs)
+    return jsonable([job_overview(run_dir, written.get(run_dir.key, {}), labels) for run_dir in dirs])
+
+
+def written_figures(store: Store, dirs: Sequence[RunDir]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per run directory and agent run, the figures of the episodes it has written so far."""
     figures = store.rows(
         lambda: (
             f"""
@@ -63,58 +70,70 @@ def runs_overview(store: Store) -> list[dict[str, Any]]:
         FROM {store.scan("episodes", dirs)} GROUP BY run_dir, run_id"""
         )
     )
-    labels = dict(
+    by_dir: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in figures:
+        by_dir.setdefault(row["run_dir"], {})[row["run_id"]] = row
+    return by_dir
+
+
+def settings_by_run(store: Store, dirs: Sequence[RunDir]) -> dict[str, str]:
+    """Each agent run's settings label: what sets it apart from the other runs shown."""
+    return dict(
         settings_labels(
             store.frame(lambda: f"SELECT * EXCLUDE (run_dir) FROM {store.scan('runs', dirs)}")
         ).iter_rows()
     )
-    by_dir: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in figures:
-        by_dir.setdefault(row["run_dir"], {})[row["run_id"]] = row
-    overview = []
-    for run_dir in dirs:
-        manifest = read_manifest(run_dir)
-        written = by_dir.get(run_dir.key, {})
-        runs = []
-        planned = {info["run_id"]: info for info in manifest.get("agent_runs", [])}
-        for run_id in [*planned, *sorted(set(written) - set(planned))]:
-            info = planned.get(run_id, {})
-            row = written.get(run_id) or {
-                "run_id": run_id,
-                "variant": info.get("variant"),
-                "seed": info.get("seed"),
-                "env": info.get("env"),
-                "done": 0,
-                "not_attempted": 0,
-                "probes": 0,
-                "success_rate": None,
-                "total_tokens": 0,
-                "cost_usd": 0.0,
-                "errors": 0,
-                "last_episode_at": None,
-            }
-            row = {k: v for k, v in row.items() if k != "run_dir"}
-            runs.append(
-                {
-                    **row,
-                    "planned": info.get("num_tasks"),
-                    "settings": labels.get(run_id, ""),
-                    "stopped_by": info.get("stopped_by"),
-                }
-            )
-        overview.append(
+
+
+def job_overview(
+    run_dir: RunDir, written: dict[str, dict[str, Any]], labels: dict[str, str]
+) -> dict[str, Any]:
+    """One job: its manifest's status and its agent runs, the planned ones first (in the manifest's
+    order, even before they write), then any the manifest does not name."""
+    manifest = read_manifest(run_dir)
+    planned = {info["run_id"]: info for info in manifest.get("agent_runs", [])}
+    runs = []
+    for run_id in [*planned, *sorted(set(written) - set(planned))]:
+        info = planned.get(run_id, {})
+        row = written.get(run_id) or unstarted_run(run_id, info)
+        row = {k: v for k, v in row.items() if k != "run_dir"}
+        runs.append(
             {
-                "dir": run_dir.key,
-                "path": str(run_dir.path),
-                "status": manifest.get("status", "unknown"),
-                "started_at": manifest.get("started_at"),
-                "finished_at": manifest.get("finished_at"),
-                "error": manifest.get("error"),
-                "model": manifest.get("model"),
-                "runs": runs,
+                **row,
+                "planned": info.get("num_tasks"),
+                "settings": labels.get(run_id, ""),
+                "stopped_by": info.get("stopped_by"),
             }
         )
-    return jsonable(overview)
+    return {
+        "dir": run_dir.key,
+        "path": str(run_dir.path),
+        "status": manifest.get("status", "unknown"),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "error": manifest.get("error"),
+        "model": manifest.get("model"),
+        "runs": runs,
+    }
+
+
+def unstarted_run(run_id: str, info: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of a planned agent run that has written no episode yet: all zero, as its manifest
+    describes it."""
+    return {
+        "run_id": run_id,
+        "variant": info.get("variant"),
+        "seed": info.get("seed"),
+        "env": info.get("env"),
+        "done": 0,
+        "not_attempted": 0,
+        "probes": 0,
+        "success_rate": None,
+        "total_tokens": 0,
+        "cost_usd": 0.0,
+        "errors": 0,
+        "last_episode_at": None,
+    }
 
 
 # Episodes ---------------------------------------------------------------------------------------
@@ -321,21 +340,7 @@ def episode_detail(store: Store, dir_key: str, episode_id: str) -> dict[str, Any
         table: of_episode(table, "stream_position" if table != "snapshots" else "position")
         for table in EVENT_TABLES
     }
-    retrieved = sorted({e["memory_id"] for e in events["memory_events"] if e["event"] == "retrieve"})
-    written_by = {}
-    if retrieved:
-        written_by = {
-            r["memory_id"]: r["episode_id"]
-            for r in store.rows(
-                lambda: (
-                    f"SELECT memory_id, episode_id FROM {store.scan('memory_events', dirs)} "
-                    "WHERE event = 'insert' AND run_id = ? AND memory_id IN (SELECT unnest(?::VARCHAR[]))"
-                ),
-                [found[0]["run_id"], retrieved],
-            )
-        }
-    for event in events["memory_events"]:
-        event["written_by"] = written_by.get(event["memory_id"]) if event["event"] == "retrieve" else None
+    mark_writers(store, dirs, found[0]["run_id"], events["memory_events"])
     return jsonable(
         {
             "dir": dir_key,
@@ -346,6 +351,28 @@ def episode_detail(store: Store, dir_key: str, episode_id: str) -> dict[str, Any
             "events": events,
         }
     )
+
+
+def mark_writers(
+    store: Store, dirs: Sequence[RunDir], run_id: str, memory_events: list[dict[str, Any]]
+) -> None:
+    """Set `written_by` on each memory event: for a retrieval, the episode that inserted the item
+    retrieved; None for any other event."""
+    retrieved = sorted({e["memory_id"] for e in memory_events if e["event"] == "retrieve"})
+    written_by = {}
+    if retrieved:
+        written_by = {
+            r["memory_id"]: r["episode_id"]
+            for r in store.rows(
+                lambda: (
+                    f"SELECT memory_id, episode_id FROM {store.scan('memory_events', dirs)} "
+                    "WHERE event = 'insert' AND run_id = ? AND memory_id IN (SELECT unnest(?::VARCHAR[]))"
+                ),
+                [run_id, retrieved],
+            )
+        }
+    for event in memory_events:
+        event["written_by"] = written_by.get(event["memory_id"]) if event["event"] == "retrieve" else None
 
 
 # Comparison -------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from harness import view_parts, view_queries
 from harness.agent_run.plan import build_plan
 from harness.bench.view import generate, measure
 from harness.report.build import main_table
@@ -30,6 +29,8 @@ from harness.tables.reading import read_tables
 from harness.tables.records import RunRow
 from harness.tables.summary import label_runs
 from harness.tables.writer import TableWriter
+from harness.view import parts as view_parts
+from harness.view import queries as view_queries
 from harness.view.app import main, serve, url_of
 from harness.view.queries import EpisodeFilter, list_episodes, runs_overview
 from harness.view.store import Store
