@@ -123,6 +123,12 @@ class WriterHub:
                 self._metrics.count(job, batch)  # only once its writer has taken the rows
         self._metrics.export_if_due()
 
+    def flush_all(self) -> None:
+        """Write every job's rows now (the command was told to stop; harness/driver/signals.py)."""
+        for job in list(self._writers):
+            with contextlib.suppress(Exception):  # kept in _failures / _unwritable for the job
+                self._call(job, TableWriter.flush)
+
     def poll(self, job: str) -> dict[str, int]:
         self._metrics.export_if_due()  # the last rows of a quiet spell go out too
         counts = self._call(job, TableWriter.poll)
@@ -268,14 +274,17 @@ class AgentWorker:
         finally:
             # What the runs sent goes to the hub however they ended. Runs their job cancelled (its
             # sweep is stopping) may find the hub already gone: the job has said why, once.
-            with contextlib.suppress(*((ray.exceptions.RayActorError,) if cancelled else ())):
+            # (Ray cancels the calls a cancelled run made, its rows' sends among them.)
+            with contextlib.suppress(*((ray.exceptions.RayError,) if cancelled else ())):
                 await self.sink.drain()
         return WorkerReport(outcomes=outcomes, env_setup_s=setup_s)
 
 
 async def _all_or_none(runs: list[Coroutine[Any, Any, RunOutcome]]) -> list[RunOutcome]:
-    """Every run's outcome; on the first failure (or a cancellation) the other runs are cancelled
-    and awaited, then the failure is raised as it is."""
+    """Every run's outcome; on the first failure the other runs are cancelled and awaited, then the
+    failure is raised as it is. Cancelled itself (its job stopped), it cancels them all and stays
+    cancelled: a run's failure raised in its place would end a call nobody awaits any more, which
+    asyncio reports on the worker's log as a traceback ("exception was never retrieved")."""
     tasks = [asyncio.ensure_future(run) for run in runs]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -284,9 +293,10 @@ async def _all_or_none(runs: list[Coroutine[Any, Any, RunOutcome]]) -> list[RunO
         for task in unfinished:
             task.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
-    failed = next((task for task in tasks if not task.cancelled() and task.exception() is not None), None)
-    if failed is not None:
-        raise failed.exception()  # type: ignore[misc]
+    # Every failure is retrieved (the first is raised), so asyncio logs none of the others.
+    failures = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
+    if failures:
+        raise failures[0]
     return [task.result() for task in tasks]
 
 

@@ -101,9 +101,9 @@ def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Pa
         _vital("the writer actor", writer.hub.close.remote(writer.key), session, timeout=CLOSE_WAIT_S)
     except BaseException:
         progress.send(writer, None, status="failed")
-        for ref in refs:  # the job has stopped: its runs on the shared workers stop too
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
+        for ref in refs:  # the job has stopped: its runs on the shared workers stop too; not the
+            with contextlib.suppress(Exception):  # rows they sent to the writer (recursive=False)
+                ray.cancel(ref, recursive=False)
         if session.pool.stopping.is_set():  # the sweep kills its actors once its jobs return:
             with contextlib.suppress(Exception):  # let the cancelled runs end first, quietly
                 ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
@@ -128,7 +128,7 @@ def _watch(settings: HarnessConfig, refs: list[ray.ObjectRef], session: JobSessi
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
             if session.pool.stopping.is_set():
-                raise SweepStopping()
+                raise SweepStopping(session.pool.stop_reason)
             check_alive(session.servers, session.resume_hint)
             _vital("the model limits actor", limits.__ray_ready__.remote(), session)
             counts = _vital("the writer actor", writer.poll(), session)
@@ -203,7 +203,11 @@ CLOSE_WAIT_S = 300
 class SweepStopping(KeyboardInterrupt):
     """The sweep this job belongs to is stopping (Ctrl-C, a signal, its model server died): its
     launcher says why, once; the job stops its runs, flushes its writer and ends interrupted,
-    quietly (harness.driver.manifest records it as interrupted)."""
+    quietly (harness.driver.manifest records it as interrupted, with the launcher's reason)."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(reason or "the sweep is stopping")
+        self.reason = reason
 
 
 def _vital(what: str, ref: ray.ObjectRef, session: JobSession, timeout: float | None = None) -> Any:
@@ -214,7 +218,7 @@ def _vital(what: str, ref: ray.ObjectRef, session: JobSession, timeout: float | 
         return ray.get(ref, timeout=timeout)
     except ray.exceptions.RayError as error:
         if session.pool.stopping.is_set():
-            raise SweepStopping() from None
+            raise SweepStopping(session.pool.stop_reason) from None
         cause = root_cause(error)
         if is_disk_full(error):
             raise disk_full(session.run_dir, cause).with_hint(resume_hint) from None

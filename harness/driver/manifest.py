@@ -24,6 +24,7 @@ from harness.agent_run.plan import AgentRunSpec
 from harness.agent_run.runner import RunOutcome
 from harness.clock import utc_now
 from harness.config import HarnessConfig
+from harness.driver.signals import stop_reason
 from harness.errors import disk_full, is_disk_full, one_line
 from harness.files import write_text_atomically
 from harness.tables.reading import count_rows
@@ -63,8 +64,9 @@ def recorded(manifest: Manifest, run_dir: Path, resume_hint: str = "") -> Iterat
     try:
         yield manifest
         manifest.status = "finished"
-    except KeyboardInterrupt as error:
-        manifest.status, manifest.error, ending = "interrupted", "interrupted by the user (Ctrl-C)", error
+    except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP, or the sweep stopping for one
+        reason = getattr(error, "reason", None) or stop_reason(error)[0]
+        manifest.status, manifest.error, ending = "interrupted", reason, error
         raise
     except SystemExit as error:  # Ray's driver turns SIGTERM into SystemExit
         manifest.status, manifest.error, ending = "interrupted", "terminated by a signal", error

@@ -27,6 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harness.agent_run.plan import AgentRunSpec
 from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
+from harness.driver import signals
 from harness.driver.actors import AgentWorker, WriterHub
 from harness.driver.preflight import CheckedParams
 from harness.errors import root_cause
@@ -49,6 +50,8 @@ class AgentPool:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when whoever started the pool is stopping it: its jobs' threads then end without
     reporting the actors it kills as failures."""
+    stop_reason: str | None = None
+    """Why it is stopping, when a signal or the user stopped it (its jobs' manifests say so)."""
     _load: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -102,6 +105,8 @@ def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     hub = ray.remote(num_cpus=0)(WriterHub).options(name=f"{name} writer", scheduling_strategy=here).remote()
     stack.callback(ray.kill, hub)
+    # A SIGTERM or SIGHUP flushes every job's rows at once, before a second signal may end it all.
+    stack.callback(signals.on_first_signal(lambda: ray.get(hub.flush_all.remote(), timeout=60)))
     size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     size = min(size, agent_runs) if agent_runs else size
     # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray

@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from harness import HARNESS_ENV
 from harness.agent_run.plan import AgentRunSpec
 from harness.config import ConfigError, HarnessConfig, RaySettings
+from harness.driver import signals
 from harness.driver.pool import AgentPool, start_pool
 from harness.errors import RunAborted, one_line
 from harness.models.model_server import LocalModelServer
@@ -70,16 +71,17 @@ def check_alive(servers: Sequence[LocalModelServer], resume_hint: str) -> None:
                              f"{resume_hint}")
 
 
-def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False) -> str:
+def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False,
+                overrides: Sequence[str] | None = None) -> str:
     """What to type to carry on: `command` when the entry point gave one (a snapshot evaluation),
-    else the same Hydra overrides, into the same run (or sweep) directory."""
+    else the same Hydra overrides (`overrides`: a sweep's, as typed; else the job's), into the same
+    run (or sweep) directory."""
     if command is not None and not sweep:
         return f"the episodes written so far are kept; resume with: {shlex.join(command)}"
     key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
-    overrides: list[str] = []
-    if HydraConfig.initialized():
-        overrides = [o for o in HydraConfig.get().overrides.task
-                     if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
+    if overrides is None:
+        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    overrides = [o for o in overrides if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
     sweeping = ["-m"] if sweep else []
     again = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
     return f"the episodes written so far are kept; resume with: {again}"
@@ -115,6 +117,9 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
     except Exception as error:  # e.g. a node that timed out starting on an overloaded machine
         where = "start a local Ray" if settings.address in (None, "local") else f"reach {settings.address}"
         raise RunAborted(f"could not {where} ({one_line(error, 300)}); nothing was run") from None
+    ours = settings.address is None or settings.address == "local"
+    signals.install()  # ray.init put Ray's own SIGTERM handler in the place of ours
+    forget = signals.started_ray(signals.ray_processes() if ours else [])
     try:
         gcs = context.address_info.get("gcs_address")
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
@@ -124,4 +129,9 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
         yield _started
     finally:
         _started = None
+        # Of a Ray this command started, nothing outlives it: its agents (dashboard, runtime env)
+        # outlive ray.shutdown by a minute otherwise. A cluster's processes are not ours to end.
+        processes = signals.ray_processes() if ours else []
         ray.shutdown()
+        signals.end_leftovers(processes)
+        forget()

@@ -178,6 +178,9 @@ class AgentModelClient:
         call = asyncio.ensure_future(self._record(request))
         self._in_flight.add(call)
         call.add_done_callback(self._in_flight.discard)
+        # Its failure reaches the caller through the shield; a caller cancelled meanwhile (its job
+        # stopped) no longer awaits it, and asyncio would log the failure as a traceback.
+        call.add_done_callback(_retrieved)
         result = await asyncio.shield(call)
         if result.record.error is not None:
             raise (ModelUnavailable if result.fatal else ModelCallError)(result.record)
@@ -209,6 +212,11 @@ class AgentModelClient:
                              messages=json.dumps(said, ensure_ascii=False), reply=result.text,
                              tool_calls=json.dumps([c.model_dump() for c in result.tool_calls])
                              if result.tool_calls else None)
+
+
+def _retrieved(call: asyncio.Future[CallResult]) -> None:
+    if not call.cancelled():
+        call.exception()
 
 
 CACHE_MARKER = {"type": "ephemeral"}

@@ -2,5 +2,6 @@
 
 `app` serves it (its `main` is the command); `store` finds the run directories and reads their rows
 (with `parts` merging a running job's part files); `queries` says what each page shows, as plain
-rows; `pages` and `learnt` render them as HTML; `compare` shows the report's own comparison.
+rows, `learnt_queries` those of the learnt page; `pages` and `learnt` render them as HTML;
+`compare` shows the report's own comparison.
 """

@@ -161,6 +161,12 @@ class RayLauncher(Launcher):
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
 
+    def _resume_hint(self, sweep_dir: Path) -> str:
+        from harness.driver.session import resume_hint
+
+        assert self.config is not None
+        return resume_hint(sweep_dir, sweep=True, overrides=list(self.config.hydra.overrides.task))
+
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         _compose_once(hydra_context)
@@ -179,11 +185,12 @@ class RayLauncher(Launcher):
                 results = self._launch(sweep_dir, job_overrides, initial_job_idx)
         except EXPECTED_ERRORS as error:
             raise exit_for(error) from None
-        except KeyboardInterrupt:  # as a single run says it; every job's manifest says interrupted
-            from harness.driver.session import resume_hint
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM or SIGHUP, as a single run says it;
+            from harness.driver.signals import stop_reason
 
-            raise exit_with(130, f"\ninterrupted: the episodes finished so far are in {sweep_dir}; "
-                                 f"{resume_hint(sweep_dir, sweep=True).split('; ', 1)[1]}") from None
+            reason, code = stop_reason(interrupt)
+            raise exit_with(code, f"\n{reason}: the episodes finished so far are in {sweep_dir}; "
+                                  f"{self._resume_hint(sweep_dir).split('; ', 1)[1]}") from None
         failed = sum(r.status == JobStatus.FAILED for r in results)
         if failed:  # said per job above; Hydra's sweeper would add a traceback of the first failure
             others = (f"; the others' tables are in {sweep_dir}" if failed < len(results) else "")
@@ -261,13 +268,13 @@ class RayLauncher(Launcher):
         import ray
 
         from harness.driver.progress import SweepProgress, progress_actor_name
-        from harness.driver.session import check_alive, resume_hint
+        from harness.driver.session import check_alive
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         progress = (ray.remote(num_cpus=0)(SweepProgress).options(name=progress_actor_name(limits_name))
                     .remote())
         stack.callback(ray.kill, progress)
-        hint = resume_hint(sweep_dir, sweep=True)
+        hint = self._resume_hint(sweep_dir)
         threads = ThreadPoolExecutor(max_workers=len(configs), thread_name_prefix="harness-job")
         futures = []
         try:
@@ -281,6 +288,11 @@ class RayLauncher(Launcher):
                     _, pending = wait(pending, timeout=1.0)
                     check_alive(pool.servers, hint)
                     view.refresh()
+        except KeyboardInterrupt as interrupt:  # each job's manifest says what stopped the sweep
+            from harness.driver.signals import stop_reason
+
+            pool.stop_reason = stop_reason(interrupt)[0]
+            raise
         finally:
             # On the way out early (Ctrl-C, a signal, a dead model server): every job stops its runs
             # and flushes its writer, then the pool's actors go; the jobs say nothing of it.

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from prometheus_client.parser import text_string_to_metric_families  # ships with ray[default]
 
-from harness import metrics
+from harness.driver import metrics
 from harness.driver.metrics import JobLabels, RowTally
 from harness.driver.run import run
 from harness.models.model_server import free_port

@@ -110,7 +110,7 @@ def test_a_cache_that_cannot_be_written_costs_reuse_never_the_record(monkeypatch
 
 
 def test_a_gateway_fault_after_sending_is_recorded_not_raised(monkeypatch):
-    from harness import gateway
+    from harness.models import gateway
 
     def broken_usage(*args, **kwargs):
         raise ValueError("provider sent a usage block the gateway cannot read")

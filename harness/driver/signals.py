@@ -1,0 +1,145 @@
+"""SIGTERM and SIGHUP take the Ctrl-C path; a second signal ends the command at once.
+
+Schedulers stop a job with SIGTERM (Slurm, Kubernetes, Ray's autoscaler; SIGKILL after a grace
+period), a closed terminal sends SIGHUP. The first of either raises `Terminated`, a
+KeyboardInterrupt, in the main thread, so everything Ctrl-C does happens: every job stops taking
+tasks, flushes its writer, marks its manifest interrupted, and the command says so in one line with
+the resume command, exiting 128 + the signal's number (143, 129). At that moment the writers are
+also told to flush at once (`on_first_signal`), from a thread: a second signal, during the shutdown,
+waits a few seconds for that flush, kills the processes of the Ray this command started, and exits
+with the same code: no episode the writer had is lost.
+
+Ray's driver installs a SIGTERM handler of its own in `ray.init` (and its core worker a C++ one that
+prints `*** SIGTERM received` and aborts the process), so `install` runs again once Ray is up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+import psutil
+
+SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+SECOND_SIGNAL_FLUSH_S = 5.0
+"""How long a second signal waits for the writers' flush the first one started."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The command was told to stop by a signal (SIGTERM, SIGHUP), not by the user's Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def stop_reason(interrupt: KeyboardInterrupt) -> tuple[str, int]:
+    """How the stop is told (in the manifest and the last line) and the exit code. A signal that
+    arrives while Ray waits comes out of Ray as a plain KeyboardInterrupt: the signal received says
+    what it was."""
+    if not isinstance(interrupt, Terminated) and _received:
+        interrupt = Terminated(_received[0])
+    if isinstance(interrupt, Terminated):
+        return f"terminated by {interrupt.name}", interrupt.exit_code
+    return "interrupted by the user (Ctrl-C)", 130
+
+
+_received: list[int] = []
+_flushes: list[Callable[[], object]] = []
+_flushing: list[threading.Thread] = []
+_ray_processes: list[psutil.Process] = []
+
+
+def install() -> None:
+    """Handle SIGTERM and SIGHUP here (again: after `ray.init`, which replaces the handler)."""
+    if threading.current_thread() is threading.main_thread():
+        for number in SIGNALS:
+            signal.signal(number, _on_signal)
+
+
+def on_first_signal(flush: Callable[[], object]) -> Callable[[], None]:
+    """Call `flush` (in a thread) when the first signal arrives; returns what forgets it again."""
+    _flushes.append(flush)
+    return lambda: _flushes.remove(flush) if flush in _flushes else None
+
+
+def started_ray(processes: list[psutil.Process]) -> Callable[[], None]:
+    """The processes of the Ray this command started (killed on a second signal); returns what
+    forgets them again (once that Ray is shut down)."""
+    _ray_processes.extend(processes)
+    return _ray_processes.clear
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    if _received:
+        _stop_now(signum)
+    _received.append(signum)
+    flushes = list(_flushes)
+    if flushes:
+        thread = threading.Thread(target=lambda: [_quietly(flush) for flush in flushes], daemon=True,
+                                  name="flush on signal")
+        thread.start()
+        _flushing.append(thread)
+    raise Terminated(signum)
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    with contextlib.suppress(Exception):
+        action()
+
+
+def _stop_now(signum: int) -> None:
+    """The second signal: the writers' flush finished (a few seconds at most), Ray's processes
+    killed, exit."""
+    for thread in _flushing:
+        thread.join(SECOND_SIGNAL_FLUSH_S)
+    for process in _ray_processes:
+        with contextlib.suppress(psutil.Error):
+            for child in process.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            process.kill()
+    print(f"\nstopped at once by a second {signal.Signals(signum).name}", flush=True)
+    os._exit(128 + signum)
+
+
+def ray_processes() -> list[psutil.Process]:
+    """The processes of the Ray this process started (`ray.init(address="local")`) and all their
+    descendants (workers, agents, tools they run): nothing else of this process's children."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    found: dict[int, psutil.Process] = {}
+    for infos in (node.all_processes.values() if node is not None else ()):
+        for info in infos:
+            with contextlib.suppress(psutil.Error, AttributeError):
+                process = psutil.Process(info.process.pid)
+                for each in (process, *process.children(recursive=True)):
+                    found[each.pid] = each
+    return list(found.values())
+
+
+def end_leftovers(processes: list[psutil.Process], grace_s: float = 5.0) -> None:
+    """After `ray.shutdown()`: Ray's agents (the dashboard agent, the runtime-env agent) can outlive
+    it for a minute; those still running get SIGTERM, then SIGKILL after `grace_s`."""
+    alive = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                process.terminate()
+                alive.append(process)
+    _, still = psutil.wait_procs(alive, timeout=grace_s)
+    for process in still:
+        with contextlib.suppress(psutil.Error):
+            process.kill()

@@ -1,0 +1,114 @@
+"""SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) take the Ctrl-C path: every job stops
+and flushes, its manifest says interrupted and by what, one line gives the resume command, the exit
+code is 128 + the signal, and nothing the command started is left running (issue 33, item 1)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.tables.reading import read_table
+from harness.tables.resume import finished_episodes
+from tests.processes import QUIET, ROOT, session_processes, start_cli, stop_session, wait_for
+
+SLOW = ["model=scripted", "embedder=hashing", *QUIET, "output.flush_interval_s=0.2", "cache.enabled=false",
+        "model.scripted.latency_s=0.1"]
+
+
+def resume_command(last_line: str) -> list[str]:
+    command = shlex.split(last_line.split("resume with: ", 1)[1])
+    assert command[:3] == ["python", "-m", "harness"]
+    return [sys.executable, *command[1:]]
+
+
+def stopped_by(signum: int, process: subprocess.Popen[str], ready, timeout: float = 120) -> str:
+    """Send `signum` once `ready()`; the command's output once it has ended by itself."""
+    try:
+        wait_for(ready, 180, "some episodes")
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        stop_session(process)
+    return output
+
+
+def assert_nothing_left(session: int) -> None:
+    """Ray's own processes (its agents included) end with the command, not a minute later."""
+    wait_for(lambda: not session_processes(session, ""), 15, "every process of the run to end")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_to_a_run_stops_it_as_ctrl_c_does_and_the_printed_command_finishes_it(tmp_path, signum):
+    run_dir = tmp_path / "run"
+    process = start_cli(*SLOW, "stream.num_tasks=30", f"hydra.run.dir={run_dir}")
+    output = stopped_by(signum, process, lambda: len(finished_episodes(run_dir)) >= 3)
+    name = signal.Signals(signum).name
+    assert process.returncode == 128 + signum, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"terminated by {name}: the episodes finished so far are in {run_dir}; "), last
+    assert "Traceback" not in output and "SIGTERM received" not in output, output[-3000:]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["error"] == f"terminated by {name}"
+    written = manifest["tables"]["episodes"]
+    assert 0 < written < 30 and read_table(run_dir, "episodes").height == written
+    assert_nothing_left(process.pid)
+    if signum != signal.SIGTERM:
+        return  # the resume is the same after either
+    resumed = subprocess.run(resume_command(last), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    episodes = read_table(run_dir, "episodes")
+    assert episodes.height == 30 and episodes["episode_id"].is_unique().all()
+
+
+def test_a_signal_to_a_sweep_stops_every_job_leaves_no_process_and_the_printed_command_finishes_it(tmp_path):
+    process = start_cli("-m", "seed=0,1", *SLOW, "stream.num_tasks=60", f"hydra.sweep.dir={tmp_path}")
+    output = stopped_by(signal.SIGTERM, process,
+                        lambda: all(finished_episodes(tmp_path / job) for job in ("0", "1")))
+    assert process.returncode == 143, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"terminated by SIGTERM: the episodes finished so far are in {tmp_path}; "), last
+    assert "died" not in output and "Traceback" not in output, output[-3000:]
+    for job in ("0", "1"):
+        manifest = json.loads((tmp_path / job / "manifest.json").read_text())
+        assert manifest["status"] == "interrupted" and manifest["error"] == "terminated by SIGTERM"
+        assert 0 < manifest["tables"]["episodes"] < 60
+    assert_nothing_left(process.pid)
+    command = resume_command(last)
+    assert "seed=0,1" in command and "-m" in command
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400,
+                             start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    for job in ("0", "1"):
+        episodes = read_table(tmp_path / job, "episodes")
+        assert episodes.height == 60 and episodes["episode_id"].is_unique().all()
+
+
+def test_a_second_signal_ends_the_command_at_once_keeping_what_was_written(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start_cli(*SLOW, "stream.num_tasks=200", "seeds=[0,1,2,3]", f"hydra.run.dir={run_dir}")
+    try:
+        wait_for(lambda: len(finished_episodes(run_dir)) >= 4, 180, "some episodes")
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        stopped = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        stop_session(process)
+    assert process.returncode == 143, output[-3000:]
+    assert took < 15, f"the second signal took {took:.1f} s"  # the writers' flush waits 5 s at most
+    assert_nothing_left(process.pid)
+    episodes = read_table(run_dir, "episodes")
+    assert episodes.height >= 4 and episodes["episode_id"].is_unique().all()
+    calls = read_table(run_dir, "llm_calls")
+    assert set(episodes["episode_id"]) <= set(calls["episode_id"])  # no episode row without its calls
+    assert Path(run_dir / "manifest.json").exists()
