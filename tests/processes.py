@@ -83,3 +83,16 @@ def stop_session(process: subprocess.Popen[str]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     kill_9(session_processes(process.pid, ""))
+
+
+def finished_so_far(run_dir: Path) -> int:
+    """Episodes a running job has finished, read while it writes: read again when its writer's
+    compaction removed a part between the listing and the read."""
+    from harness.tables.resume import finished_episodes
+
+    for _ in range(10):
+        try:
+            return len(finished_episodes(run_dir))
+        except FileNotFoundError:
+            continue
+    return 0

@@ -33,6 +33,7 @@ from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_c
 from harness.models.model_client import GatewayUnavailable, ModelUnavailable
 from harness.tables.reading import read_table
 from harness.tables.records import Episode, RunRow
+from harness.tables.writer import TableWriter
 
 POLL_S = 0.5
 
@@ -64,7 +65,8 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, s
             identity: JobIdentity) -> Executed:
     """Run the agent runs not already finished (a resume's) into `run_dir`."""
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]
-    if not specs:
+    if not specs:  # a resume with nothing left to run: close what a killed writer left open
+        TableWriter(run_dir).close()  # (every table a file, the parts compacted)
         return Executed()
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))

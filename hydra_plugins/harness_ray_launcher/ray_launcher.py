@@ -191,11 +191,15 @@ class RayLauncher(Launcher):
             reason, code = stop_reason(interrupt)
             raise exit_with(code, f"\n{reason}: the episodes finished so far are in {sweep_dir}; "
                                   f"{self._resume_hint(sweep_dir).split('; ', 1)[1]}") from None
-        failed = sum(r.status == JobStatus.FAILED for r in results)
+        failed = [r for r in results if r.status == JobStatus.FAILED]
         if failed:  # said per job above; Hydra's sweeper would add a traceback of the first failure
-            others = (f"; the others' tables are in {sweep_dir}" if failed < len(results) else "")
-            raise exit_with(1, f"error: {failed} of {len(results)} jobs failed (see each job's line above)"
-                               f"{others}")
+            others = (f"; the others' tables are in {sweep_dir}" if len(failed) < len(results) else "")
+            # A job that stopped on its way (it wrote a manifest) carries on where it stopped when
+            # the sweep runs again; the jobs that finished are not run twice.
+            resume = (f"; {self._resume_hint(sweep_dir).split('; ', 1)[1]}"
+                      if any((_job_dir(r.cfg) / "manifest.json").exists() for r in failed) else "")
+            raise exit_with(1, f"error: {len(failed)} of {len(results)} jobs failed (see each job's line "
+                               f"above){others}{resume}")
         return results
 
     def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
