@@ -173,7 +173,8 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.evaluate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.evaluate", description=" ".join(
+        __doc__.split("\n\n")[0].split()))  # the docstring's first paragraph: a whole sentence
     parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories holding snapshots")
     parser.add_argument("--views", default="id", help="comma-separated: id, ood, replay (default: id)")
     parser.add_argument("--snapshots", default="final", help="final (default), all, or positions: 10,20")

@@ -85,3 +85,15 @@ def test_ci_runs_the_readme_commands():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     commands = setup.group(1).strip().splitlines()
     assert len(commands) == 2 and all(command in ci for command in commands), (commands, ci)
+
+
+def test_the_readme_the_index_and_the_site_list_the_pages_in_one_order():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    nav = [page for entry in config["nav"] for page in entry.values() if page != "index.md"]
+    readme = re.search(r"^## Documentation\n(.*?)^## ", (ROOT / "README.md").read_text(),
+                       re.DOTALL | re.MULTILINE)
+    assert readme, "README.md has no Documentation section"
+    listed = [link.removeprefix("docs/") for link in LINK.findall(readme.group(1)) if link != "docs/index.md"]
+    index = [link for link in links(DOCS / "index.md") if "/" not in link and "#" not in link]
+    assert listed == nav, f"README.md lists the pages as {listed}; mkdocs.yml's nav: {nav}"
+    assert index == nav, f"docs/index.md lists the pages as {index}; mkdocs.yml's nav: {nav}"

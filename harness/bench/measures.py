@@ -754,9 +754,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import harness  # noqa: F401  (environment for Ray workers)
 
-    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=" ".join(
+        __doc__.split("\n\n")[0].split()))  # the docstring's first paragraph: a whole sentence
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
-    parser.add_argument("--skip-local-model", action="store_true")
+    parser.add_argument("--skip-local-model", action="store_true", help="leave out section 5, which "
+                        "starts the real local model (SmolLM2 on llama-cpp-python)")
     args = parser.parse_args(argv)
     latency = 0.2
     concurrencies = [1, 8] if args.quick else [1, 8, 64, 256]

@@ -518,7 +518,8 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=" ".join(
+        __doc__.split("\n\n")[0].split()))  # the docstring's first paragraph: a whole sentence
     parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument("--out", type=Path, default=None, help="where report.md and plots go "
                         "(default: the first path)")

@@ -253,7 +253,8 @@ def url_of(server: ThreadingHTTPServer) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.view", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.view", description=" ".join(
+        __doc__.split("\n\n")[0].split()))  # the docstring's first paragraph: a whole sentence
     parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument(
         "--port",
