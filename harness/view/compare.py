@@ -1,4 +1,4 @@
-"""The viewer's comparison: the report's own tables and figures (harness/report/build.py, report_html.py) for
+"""The viewer's comparison: the report's own tables and figures (harness/report/build.py, html.py) for
 any selection of agent runs, computed when asked from the episodes DuckDB reads for that selection.
 No statistic is computed here: the report's functions are called on the selected rows."""
 
