@@ -455,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench.view", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="transcripts rows in all (default 1M)")
     parser.add_argument("--jobs", type=int, default=4, help="job directories of the sweep (default 4)")
-    parser.add_argument("--calls-per-episode", type=int, default=10)
+    parser.add_argument("--calls-per-episode", type=int, default=10,
+                        help="llm_calls (and transcripts) rows written per episode (default 10)")
     parser.add_argument(
         "--dir",
         type=Path,
