@@ -30,11 +30,11 @@ pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;font-size:12px;max-heigh
 """
 
 
-def prose(text: str, bold: bool = False) -> str:
-    """The report's markdown text as HTML: escaped, its `code` spans as code and, with `bold`, its **bold**
-    as bold (the viewer's pages do; report.html keeps the asterisks as written)."""
+def prose(text: str) -> str:
+    """The report's markdown text as HTML: escaped, its `code` spans as code and its **bold** as bold
+    (report.html once showed the asterisks of "**Cost unknown ...**" as written)."""
     text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text) if bold else text
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
 
 
 def table_html(frame: pl.DataFrame) -> str:
@@ -44,17 +44,17 @@ def table_html(frame: pl.DataFrame) -> str:
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
-def section_html(section: Section, heading_id: str = "", bold: bool = False) -> str:
+def section_html(section: Section, heading_id: str = "") -> str:
     """A section of the report as HTML, in report.html and the viewer's comparison alike: its title, text,
     table and notes (its figure, drawn differently by each, is the caller's)."""
     anchor = f' id="{heading_id}"' if heading_id else ""
     parts = [f"<h2{anchor}>{html.escape(section.title)}</h2>"]
     if section.text:
-        parts.append(f"<p>{prose(section.text, bold)}</p>")
+        parts.append(f"<p>{prose(section.text)}</p>")
     if section.table is not None:
         parts.append(table_html(section.table))
     if section.notes:
-        parts.append("<ul>" + "".join(f"<li>{prose(n, bold)}</li>" for n in section.notes) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li>{prose(n)}</li>" for n in section.notes) + "</ul>")
     return "".join(parts)
 
 

@@ -475,9 +475,9 @@ def compare_page(
     )
     body = [
         f"<p>{chosen}. Computed now by harness.report's own functions on the selected episodes."
-        f"{prose(headline, bold=True)}</p>"
+        f"{prose(headline)}</p>"
     ]
-    body += [section_html(section, bold=True) for section in sections]
+    body += [section_html(section) for section in sections]
     body += figures
     return page(
         "Comparison",

@@ -206,3 +206,11 @@ def test_self_edit_counts_come_from_the_tables_registry():
 
     assert EDIT_COUNTS and all(TABLES[table].edit_counts == counts for table, counts in EDIT_COUNTS.items())
     assert {"memory_events", "gate_events", "safety_events"} <= set(EDIT_COUNTS)
+
+
+def test_report_html_shows_the_reports_bold_as_bold_as_the_viewer_does():
+    from harness.report.html import prose
+
+    said = prose("**Cost unknown for 2 of 5 model calls** (`openai/x`: no price known) & more")
+    assert said == ("<b>Cost unknown for 2 of 5 model calls</b> (<code>openai/x</code>: no price known) "
+                    "&amp; more")
