@@ -12,7 +12,6 @@ uncopied (one regular-expression scan).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 _UNSAFE = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 REPLACEMENT = "\ufffd"
@@ -27,13 +26,3 @@ def safe_text(text: str) -> str:
     """`text` with lone surrogates replaced and control characters (but \\t, \\n, \\r) escaped."""
     return _UNSAFE.sub(_replace, text) if _UNSAFE.search(text) is not None else text
 
-
-def safe_value(value: Any) -> Any:
-    """`safe_text` through a JSON-like value: strings, and the strings in lists and dicts (keys too)."""
-    if isinstance(value, str):
-        return safe_text(value)
-    if isinstance(value, dict):
-        return {safe_value(key): safe_value(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(safe_value(item) for item in value)
-    return value

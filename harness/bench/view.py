@@ -227,9 +227,9 @@ def episode_columns(drawn: SyntheticJob, rng: np.random.Generator) -> dict[str, 
     }
 
 
-def call_columns(drawn: SyntheticJob, rng: np.random.Generator) -> dict[str, Any]:
-    n, per_episode = drawn.calls, drawn.calls_per_episode
-    flat_prompt, flat_completion = drawn.prompt.reshape(-1), drawn.completion.reshape(-1)
+def call_identity(drawn: SyntheticJob) -> dict[str, Any]:
+    """The columns llm_calls and transcripts share: which call of which episode, and why."""
+    n = drawn.calls
     return {
         "call_id": drawn.call_ids,
         "run_id": [drawn.run_id] * n,
@@ -237,6 +237,14 @@ def call_columns(drawn: SyntheticJob, rng: np.random.Generator) -> dict[str, Any
         "task_id": [drawn.task_ids[e] for e in drawn.call_episode],
         "attempt": [1] * n,
         "purpose": drawn.purposes,
+    }
+
+
+def call_columns(drawn: SyntheticJob, rng: np.random.Generator) -> dict[str, Any]:
+    n, per_episode = drawn.calls, drawn.calls_per_episode
+    flat_prompt, flat_completion = drawn.prompt.reshape(-1), drawn.completion.reshape(-1)
+    return {
+        **call_identity(drawn),
         "model": ["scripted/bench"] * n,
         "prompt_tokens": flat_prompt,
         "completion_tokens": flat_completion,
@@ -261,7 +269,6 @@ def call_columns(drawn: SyntheticJob, rng: np.random.Generator) -> dict[str, Any
 def transcript_columns(drawn: SyntheticJob, lessons: list[str]) -> dict[str, Any]:
     """Transcripts of about 1 KB each (a system prompt, three recalled lessons, the question), in words
     drawn at random so that they compress as text does, not as a repeated string would."""
-    n = drawn.calls
     messages = [
         json.dumps(
             [
@@ -276,12 +283,7 @@ def transcript_columns(drawn: SyntheticJob, lessons: list[str]) -> dict[str, Any
         for i, e in enumerate(drawn.call_episode)
     ]
     return {
-        "call_id": drawn.call_ids,
-        "run_id": [drawn.run_id] * n,
-        "episode_id": [drawn.episode_ids[e] for e in drawn.call_episode],
-        "task_id": [drawn.task_ids[e] for e in drawn.call_episode],
-        "attempt": [1] * n,
-        "purpose": drawn.purposes,
+        **call_identity(drawn),
         "messages": messages,
         "reply": [
             None if p == "embed" else f"Answer {e}"
