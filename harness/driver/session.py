@@ -133,5 +133,6 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
         # outlive ray.shutdown by a minute otherwise. A cluster's processes are not ours to end.
         processes = signals.ray_processes() if ours else []
         ray.shutdown()
+        signals.install()  # ray.shutdown left SIGTERM at the kernel's default (Python still names ours)
         signals.end_leftovers(processes)
         forget()

@@ -10,7 +10,9 @@ waits a few seconds for that flush, kills the processes of the Ray this command 
 with the same code: no episode the writer had is lost.
 
 Ray's driver installs a SIGTERM handler of its own in `ray.init` (and its core worker a C++ one that
-prints `*** SIGTERM received` and aborts the process), so `install` runs again once Ray is up.
+prints `*** SIGTERM received` and aborts the process), so `install` runs again once Ray is up; and
+`ray.shutdown` sets SIGTERM back to the kernel's default (killed, exit -15) while
+`signal.getsignal` still names ours, so it runs again after that too.
 """
 
 from __future__ import annotations
