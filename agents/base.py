@@ -11,6 +11,7 @@ for itself passes the context's guard (the safety check and the sealed gate, har
 from __future__ import annotations
 
 import abc
+from pathlib import Path
 from typing import Any
 
 from agents.acting import ActingLoop, OwnTool
@@ -137,7 +138,8 @@ class Agent(agent_api.Agent):
                            memory_version=version,
                            memory_items=self.memory.size if self.memory is not None else None)
 
-    async def import_learnt(self, state: dict[str, Any], memory: Any | None) -> None:
+    async def import_learnt(self, state: dict[str, Any], memory: Any | None,
+                            files: Path | None = None) -> None:
         self.import_state(state)
         if self.memory is not None and memory is not None:
             await self.memory.load(memory)

@@ -249,6 +249,36 @@ class Recorder:
         return rows
 
 
+class ModelEndpoint(Protocol):
+    """The run's model behind an OpenAI-compatible HTTP endpoint (harness/agent_run/endpoint.py),
+    for outside agents (agents/external.py): their calls become the run's calls, as native ones."""
+
+    api_key: str
+    """This run's own key (`rotate_key` replaces it)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def base_url(self) -> str:
+        """The URL that bills purpose act (`http://127.0.0.1:<port>/v1`)."""
+
+    def url(self, purpose: str) -> str:
+        """The URL that bills `purpose`."""
+
+    def urls(self) -> dict[str, str]: ...
+
+    def rotate_key(self) -> None: ...
+
+    def take_stop(self) -> BaseException | None:
+        """A failure of an endpoint call that must end the episode (a spent budget, an unusable
+        model), once."""
+
+    def environment(self) -> dict[str, str]:
+        """The environment of an outside agent's process: this one's without its secrets, and the
+        endpoint's URL, key and model (HARNESS_* and OPENAI_*)."""
+
+
 class Scorer(Protocol):
     """An LLM judge as agents may use it (best-of-k's pick): a score in [0, 1] for an answer."""
 
@@ -270,6 +300,9 @@ class AgentContext:
     recorder: Recorder = field(default_factory=Recorder)
     judge: Scorer | None = None
     """The run's judge (variant.judge), where one is configured."""
+    endpoint: Callable[[], Awaitable[ModelEndpoint]] | None = None
+    """Serves the run's model over HTTP while the run is live (outside agents call it); None
+    where no run is live (a config check)."""
 
 
 class LearntState(BaseModel):
@@ -286,6 +319,8 @@ class LearntState(BaseModel):
     """Every memory item, vectors included, as an Arrow table; None without memory items."""
     memory_version: int | None = None
     memory_items: int | None = None
+    files: Path | None = None
+    """A directory the snapshot keeps as it is (an outside agent's saved state or workdir)."""
 
 
 class Agent(abc.ABC):
@@ -326,5 +361,10 @@ class Agent(abc.ABC):
     async def export_learnt(self) -> LearntState: ...
 
     @abc.abstractmethod
-    async def import_learnt(self, state: dict[str, Any], memory: Any | None) -> None:
-        """Start from a snapshot: its state.json values and its memory items (an Arrow table)."""
+    async def import_learnt(self, state: dict[str, Any], memory: Any | None,
+                            files: Path | None = None) -> None:
+        """Start from a snapshot: its state.json values, its memory items (an Arrow table) and the
+        directory of files it kept."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """The run is over: release what the agent holds (an outside agent's process)."""

@@ -9,13 +9,14 @@ by its `_target_` with only its own options, and wires the judge, the safety che
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import EnvEpisode, Environment
-from harness.agent_api import Agent, AgentContext, Guard, ModelClient, Recorder
+from harness.agent_api import Agent, AgentContext, Guard, ModelClient, ModelEndpoint, Recorder
 from harness.agent_run.gate import SealedGate
 from harness.agent_run.judge import Judge
 from harness.agent_run.plan import AgentRunSpec, instantiate_component
@@ -76,7 +77,8 @@ def build_judge(options: HarnessOptions, llm: ModelClient) -> Judge | None:
 
 
 def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None = None,
-                env: Environment | None = None, judge: Judge | None = None) -> Agent:
+                env: Environment | None = None, judge: Judge | None = None,
+                endpoint: Callable[[], Awaitable[ModelEndpoint]] | None = None) -> Agent:
     """The run's agent with its judge (the run's, else one of its own) and the guard on its
     self-edits: the safety check and, with `variant.gate=sealed` and an env to probe, the sealed
     gate on the run's tuning split."""
@@ -88,7 +90,7 @@ def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None 
     guard = Guard(safety=safety)
     context = AgentContext(llm=llm, seed=spec.seed, repeat=spec.repeat, run_id=spec.run_id,
                            workdir=Path(spec.workdir),
-                           guard=guard, recorder=recorder, judge=judge)
+                           guard=guard, recorder=recorder, judge=judge, endpoint=endpoint)
     agent: Agent = instantiate_component(own, "variant", Agent, context=context)
     if options.gate == "sealed" and not agent.gated_edits():
         _refuse(f"variant.gate=sealed: {type(agent).__name__} makes no self-edit the gate can audit (lessons "

@@ -8,6 +8,7 @@ sums of the call records written beside it, so the tables cannot disagree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import time
@@ -30,6 +31,7 @@ from harness.agent_api import (
     TuningSet,
 )
 from harness.agent_run.assembly import build_agent, build_judge, split_options
+from harness.agent_run.endpoint import RunEndpoint
 from harness.agent_run.judge import Judge
 from harness.agent_run.plan import AgentRunSpec, episode_id, probe_points
 from harness.agent_run.snapshots import load_snapshot, save_snapshot
@@ -132,10 +134,11 @@ class EnvTuningSet(TuningSet):
 
 
 async def start_agent(spec: AgentRunSpec, llm: AgentModelClient, env: Environment,
-                      recorder: Recorder, judge: Judge | None = None) -> Agent:
+                      recorder: Recorder, judge: Judge | None = None,
+                      endpoint: RunEndpoint | None = None) -> Agent:
     """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from;
     with `variant.gate=sealed`, its sealed gate on the run's tuning split."""
-    agent = build_agent(spec, llm, recorder, env, judge)
+    agent = build_agent(spec, llm, recorder, env, judge, endpoint.open if endpoint is not None else None)
     if spec.start_from is not None:
         await load_snapshot(agent, Path(spec.start_from))
     return agent
@@ -168,7 +171,22 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
     options = split_options(spec.variant_cfg)[1]
     judge = build_judge(options, llm)  # one per run: it scores the trials and serves the agent
     episodes = EpisodeRunner(spec, env, llm, sink, recorder, judge, options.reward_source)
-    agent = await start_agent(spec, llm, env, recorder, judge)
+    endpoint = RunEndpoint(llm, spec.secret_env)  # served only if an outside agent asks for it
+    hosted: list[Agent] = []
+    try:
+        hosted.append(await start_agent(spec, llm, env, recorder, judge, endpoint))
+        return await _run_stream(spec, llm, env, recorder, judge, episodes, endpoint, hosted)
+    finally:
+        for agent in hosted:
+            with contextlib.suppress(Exception):  # what ended the run is what to report
+                await agent.close()
+        await endpoint.close()
+
+
+async def _run_stream(spec: AgentRunSpec, llm: AgentModelClient, env: Environment, recorder: Recorder,
+                      judge: Judge | None, episodes: EpisodeRunner, endpoint: RunEndpoint,
+                      hosted: list[Agent]) -> RunOutcome:
+    agent = hosted[0]
     probes = probe_points(spec)
     snapshots = snapshot_points(spec)
     tune = spec.start_from is None and not spec.frozen  # a snapshot's prompt is already tuned
@@ -179,8 +197,10 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                 await episodes.snapshot(agent, position - 1, final=True)
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
-        if spec.scenario == "isolated" and position > 0:
-            agent = await start_agent(spec, llm, env, recorder, judge)  # fresh: nothing learnt carries over
+        if spec.scenario == "isolated" and position > 0:  # fresh: nothing learnt carries over
+            await hosted.pop().close()
+            agent = await start_agent(spec, llm, env, recorder, judge, endpoint)
+            hosted.append(agent)
         fresh = position == 0 or spec.scenario == "isolated"
         await episodes.run(agent, task, position, prepare=tune and fresh, snapshot=position in snapshots)
         if position in probes:

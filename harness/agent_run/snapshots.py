@@ -1,11 +1,11 @@
 """Snapshots of what an agent run has learnt, and starting a run from one.
 
 A snapshot is a directory `snapshot_data/<run_id>/<position>/` in the run directory: `state.json`
-(the agent's `export_state`: prompt, protocol, tools, ...) and `memory.parquet` (every memory item,
-vectors included). It is written under a temporary name and renamed into place, and described by a
-row of the `snapshots` table. The row is written with the episode it follows (see the runner), so a
-crash never leaves a row without its directory; an episode re-run on resume writes its snapshot
-again, whole.
+(the agent's `export_state`: prompt, protocol, tools, ...), `memory.parquet` (every memory item,
+vectors included) and, for an outside agent, `files/` (what it saved, or its workdir). It is written
+under a temporary name and renamed into place, and described by a row of the `snapshots` table.
+The row is written with the episode it follows (see the runner), so a crash never leaves a row
+without its directory; an episode re-run on resume writes its snapshot again, whole.
 
 `variant.start_from=<run dir>@<position>` names the snapshots of another run directory: each agent
 run of the new job starts from the snapshot of the source run with its own seed and order seed
@@ -29,6 +29,7 @@ from harness.tables.records import SnapshotRow
 
 STATE = "state.json"
 MEMORY = "memory.parquet"
+FILES = "files"
 
 
 def snapshot_path(run_id: str, position: int) -> str:
@@ -47,6 +48,8 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
         (temporary / STATE).write_text(json.dumps(learnt.state, indent=1))
         if learnt.memory is not None:
             pq.write_table(learnt.memory, temporary / MEMORY, compression="zstd")
+        if learnt.files is not None:
+            shutil.copytree(learnt.files, temporary / FILES)
         if target.exists():  # the episode ran again after a crash: its snapshot is replaced whole
             shutil.rmtree(target)
         temporary.rename(target)
@@ -61,9 +64,10 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
 
 async def load_snapshot(agent: Agent, directory: Path) -> None:
     """Give a freshly built agent the state of the snapshot in `directory`."""
-    memory_file = directory / MEMORY
+    memory_file, files = directory / MEMORY, directory / FILES
     await agent.import_learnt(json.loads((directory / STATE).read_text()),
-                              pq.read_table(memory_file) if memory_file.exists() else None)
+                              pq.read_table(memory_file) if memory_file.exists() else None,
+                              files if files.is_dir() else None)
 
 
 def parse_start_from(value: str) -> tuple[Path, str]:

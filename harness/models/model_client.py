@@ -162,15 +162,19 @@ class AgentModelClient:
                           tool_calls=result.tool_calls)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
+        vectors = (await self.embedding(texts)).vectors
+        assert vectors is not None
+        return vectors
+
+    async def embedding(self, texts: list[str]) -> CallResult:
+        """`embed` with its record (the run's endpoint reports the call's usage)."""
         if self.embedder is None:
             raise RuntimeError("this run has no embedder configured")
         request = CallRequest(kind="embed", model=self.embedder, endpoint=self.embedder_endpoint, texts=texts,
                               cache_scope=self.cache_scope,
                               purpose="embed", run_id=self.run_id, episode_id=self.episode_id,
                               task_id=self.task_id, attempt=self.attempt, cache=self.cache)
-        result = await self._call(request)
-        assert result.vectors is not None
-        return result.vectors
+        return await self._call(request)
 
     async def _call(self, request: CallRequest) -> CallResult:
         # A task of its own, shielded: if the caller is cancelled or a sibling call fails, the
