@@ -223,7 +223,7 @@ def chat_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, 
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             roles = ", ".join(sorted(ROLES))
             raise BadRequest(f"messages[{i}] must be an object whose 'role' is one of {roles}")
-    n = body.get("n") or 1
+    n = 1 if body.get("n") is None else body["n"]
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_CHOICES:
         raise BadRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}, got {n!r}")
     params = {key: value for key, value in body.items() if key in CHAT_PARAMS and value is not None}
