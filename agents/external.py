@@ -136,7 +136,8 @@ class ExternalAgent(Agent):
             raise ValueError("variant=external: the outside agent attempts and remembers on its own "
                              "(variant.max_attempts must be 1, variant.memory null)")
         self.entry = _import_entry(entry) if entry is not None else None
-        self.command = [str(part) for part in command] if command is not None else None
+        # A script named relative to where the command was run from (the process runs in its workdir).
+        self.command = ([_absolute(str(part)) for part in command] if command is not None else None)
         self.options = dict(options or {})
         self.timeout_s = float(timeout_s)
         self.home = context.workdir / "external" / context.run_id
@@ -509,6 +510,12 @@ def _import_entry(entry: str) -> type:
     if not callable(getattr(cls, "solve", None)):
         raise ValueError(f"variant.entry: {entry} has no solve(task) method")
     return cls
+
+
+def _absolute(part: str) -> str:
+    """A command's argument; an existing file named by a relative path, made absolute."""
+    relative = not Path(part).is_absolute() and not part.startswith("-") and Path(part).is_file()
+    return str(Path(part).resolve()) if relative else part
 
 
 def _positional_parameters(function: Callable[..., Any]) -> int:
