@@ -22,7 +22,9 @@
 7. Sweeps through the command line (harness/bench/sweep.py) on an HTTP model at 200 ms per call:
    1, 16 and 64 jobs on the sweep's one agent pool, and one job of 64 and 256 agent runs: wall
    against the model-bound ideal, time to the first call, peak memory, CPU per call.
-Prints one table per measurement and the ratios; `--quick` runs smaller sizes.
+Prints one table per measurement and the ratios; `--quick` runs smaller sizes. `python -m harness.bench
+endpoint` measures the run's OpenAI-compatible endpoint alone (harness/bench/endpoint.py): an outside
+agent's call through it against a native call, in CPU per call.
 """
 
 from __future__ import annotations
@@ -750,16 +752,27 @@ def sweeps(quick: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    from harness.bench import endpoint
+
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["endpoint"]:
+        return endpoint.main(given[1:])
     import ray
 
     import harness  # noqa: F401  (environment for Ray workers)
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=" ".join(
-        __doc__.split("\n\n")[0].split()))  # the docstring's first paragraph: a whole sentence
+        __doc__.split("\n\n")[0].split()),  # the docstring's first paragraph: a whole sentence
+        epilog="python -m harness.bench endpoint: the run's endpoint alone, an outside agent's call against"
+        " a native call (its --help says more).")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--skip-local-model", action="store_true", help="leave out section 5, which "
                         "starts the real local model (SmolLM2 on llama-cpp-python)")
-    args = parser.parse_args(argv)
+    usage = (p.format_usage().removeprefix("usage: ").strip() for p in (parser, endpoint.parser()))
+    parser.usage = "\n       ".join(usage)  # both forms, so that either's flags are known
+    args = parser.parse_args(given)
     latency = 0.2
     concurrencies = [1, 8] if args.quick else [1, 8, 64, 256]
     ray.init(include_dashboard=False, logging_level="warning")
