@@ -14,8 +14,8 @@ agent's `workdir`.
 `variant.command=[...]` runs a process instead, any language, that speaks JSON lines on
 stdin/stdout (see `Process`); its environment has HARNESS_BASE_URL, HARNESS_API_KEY, HARNESS_MODEL,
 HARNESS_URLS, HARNESS_WORKDIR, HARNESS_SEED, HARNESS_OPTIONS, and OPENAI_BASE_URL / OPENAI_API_KEY
-set to the run's, with no secret of the harness's environment; its stderr goes to `stderr.log`
-beside its workdir.
+set to the run's, with no secret of the harness's environment; its stderr is appended to
+`external/<run_id>.stderr.log` in the run directory (its workdir: `external/<run_id>/workdir`).
 
 Faults stay in their episode: an exception, a crash, garbage on stdout, a non-string answer or a
 task over `variant.timeout_s` fail that episode with a one-line error, and the run goes on with the
@@ -54,13 +54,13 @@ from harness.agent_api import (
 )
 
 
-class OutsideError(RuntimeError):
+class OutsideAgentError(RuntimeError):
     """The outside agent failed on this task (its episode's error)."""
 
 
-class OutsideBroken(OutsideError):
-    """The outside agent can no longer be trusted to answer (a crash, garbage, a timeout): it is
-    restarted before its next task."""
+class OutsideAgentRestarted(OutsideAgentError):
+    """The outside agent could no longer be trusted to answer (a crash, garbage, a timeout): it was
+    stopped, and a new one starts for the next task."""
 
 
 class OutsideModel:
@@ -110,14 +110,18 @@ class Environment:
         if self._episode.done:
             raise RuntimeError("the episode is over (env.done): no more actions")
         call = parse_text_call(action) if self._episode.tools is not None else None
+        if call is None:
+            return self.reply(action)
         self.steps += 1
-        if call is not None:
-            result = self._episode.call_tool(call)
-            self._record(self.steps, call.render(), result.content, 0.0, call.name, call.arguments,
-                         result.error)
-            return result.content
-        outcome = self._episode.step(action)
-        self._record(self.steps, action, outcome.observation, outcome.reward, None, None, None)
+        result = self._episode.call_tool(call)
+        self._record(self.steps, call.render(), result.content, 0.0, call.name, call.arguments, result.error)
+        return result.content
+
+    def reply(self, text: str) -> str:
+        """A plain-text action: a command, or in an environment with tools the final reply."""
+        self.steps += 1
+        outcome = self._episode.step(text)
+        self._record(self.steps, text, outcome.observation, outcome.reward, None, None, None)
         return outcome.observation
 
 
@@ -143,6 +147,8 @@ class ExternalAgent(Agent):
         self.home = context.workdir / "external" / context.run_id
         self.workdir = self.home / "workdir"
         self.state_dir = self.home / "state"
+        self.stderr_log = self.home.with_name(f"{context.run_id}.stderr.log")
+        """A process's stderr, every start of it appended (a resume's too)."""
         """What the agent saved after its last task: a restart loads it."""
         self._outside: Outside | None = None
         self._endpoint: ModelEndpoint | None = None
@@ -165,16 +171,17 @@ class ExternalAgent(Agent):
         stepped = episode.multi_step or episode.tools is not None
         env = Environment(episode, self._step_row(episode)) if stepped else None
         if env is not None and not outside.steps:
-            raise OutsideError(f"{outside.name} cannot act in a multi-step environment: it needs "
+            raise OutsideAgentError(f"{outside.name} cannot act in a multi-step environment: it needs "
                                "solve(task, env) (a process: 'step' among its ops)")
         answer = await self._guarded(outside.solve(task.model_dump(), env), "solve")
         if not isinstance(answer, str):
-            raise OutsideError(f"{outside.name}'s solve returned {type(answer).__name__}, not a string")
-        steps = env.steps if env is not None else 0
-        if not episode.done and (env is None or episode.tools is not None):
-            episode.step(answer)  # the answer is the (final) action
-            steps += 1
-        return Attempt(final_output=answer, steps=steps)
+            raise OutsideAgentError(f"{outside.name}'s solve returned {type(answer).__name__}, not a string")
+        if env is None:
+            episode.step(answer)  # a single-turn task's answer is its action
+            return Attempt(final_output=answer, steps=1)
+        if not episode.done and episode.tools is not None:
+            env.reply(answer)  # with tools, the final plain-text reply is an action too
+        return Attempt(final_output=answer, steps=env.steps)
 
     async def learn(self, feedback: Feedback) -> None:
         outside = await self._ready()
@@ -201,8 +208,8 @@ class ExternalAgent(Agent):
         else:
             shutil.copytree(self.workdir, export)
         kept = "save" if "save" in outside.ops else "workdir"
-        return LearntState(state={**self.export_state(), "kept": kept}, system_prompt=self.system_prompt,
-                           files=export)
+        # No system prompt of the harness's: the outside agent writes its own prompts.
+        return LearntState(state={**self.export_state(), "kept": kept}, system_prompt="", files=export)
 
     async def import_learnt(self, state: dict[str, Any], memory: Any | None,
                             files: Path | None = None) -> None:
@@ -214,6 +221,7 @@ class ExternalAgent(Agent):
         if state.get("kept") == "workdir":
             self._reset_home()
             shutil.copytree(files, self.workdir, dirs_exist_ok=True)
+            self._started = True  # its home is the snapshot's: not emptied again
             await self._ready()
         else:
             await self._ready()
@@ -236,8 +244,7 @@ class ExternalAgent(Agent):
         if self.context.endpoint is None:
             raise RuntimeError("variant=external runs only where the harness serves its endpoint")
         if not self._started:
-            if not self.workdir.exists():
-                self._reset_home()
+            self._reset_home()
             self._started = True
         self._endpoint = await self.context.endpoint()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -247,7 +254,7 @@ class ExternalAgent(Agent):
         else:
             assert self.command is not None
             self._outside = Process(self.command, self._endpoint.environment(), self.workdir, self.seed,
-                                    self.options, self.home / "stderr.log")
+                                    self.options, self.stderr_log)
         await self._guarded(self._outside.start(), "start")
         if self.state_dir.exists() and "load" in self._outside.ops:
             await self._guarded(self._outside.load(str(self.state_dir)), "load")
@@ -266,9 +273,9 @@ class ExternalAgent(Agent):
             result = await asyncio.wait_for(call, self.timeout_s)
         except TimeoutError:
             await self._restart()
-            raise OutsideBroken(f"the outside agent's {op} did not return within variant.timeout_s="
+            raise OutsideAgentRestarted(f"the outside agent's {op} did not return within variant.timeout_s="
                                 f"{self.timeout_s:g} s") from None
-        except OutsideBroken:
+        except OutsideAgentRestarted:
             await self._restart()
             self._raise_stop()
             raise
@@ -360,10 +367,10 @@ class InProcess(Outside):
                 return await function(*args, **kwargs)
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._thread, lambda: function(*args, **kwargs))
-        except (OutsideError, asyncio.CancelledError):
+        except (OutsideAgentError, asyncio.CancelledError):
             raise
         except Exception as error:
-            raise OutsideError(f"{self.name}.{getattr(function, '__name__', 'call')} raised "
+            raise OutsideAgentError(f"{self.name}.{getattr(function, '__name__', 'call')} raised "
                                f"{_where(error)}") from error
 
 
@@ -399,11 +406,11 @@ class Process(Outside):
                     *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
                     cwd=self.workdir, env=self.environment, limit=64 * 1024 * 1024, start_new_session=True)
             except OSError as error:
-                raise OutsideBroken(f"variant.command could not start: {one_line(error)}") from None
+                raise OutsideAgentRestarted(f"variant.command could not start: {one_line(error)}") from None
         ready = await asyncio.wait_for(self._read(), self.READY_S)
         if ready.get("ready") is not True or not isinstance(ready.get("ops", []), list):
-            raise OutsideBroken(f"{self.name} did not say it is ready ({{\"ready\": true, \"ops\": [...]}}), "
-                                f"it said {json.dumps(ready)[:200]}")
+            raise OutsideAgentRestarted(f"{self.name} did not say it is ready ({{\"ready\": true, \"ops\": "
+                                        f"[...]}}), it said {json.dumps(ready)[:200]}")
         self.ops = {op for op in ready.get("ops", ["solve"]) if op in ("learn", "save", "load")}
         self.steps = "step" in ready.get("ops", [])
 
@@ -415,7 +422,7 @@ class Process(Outside):
             if reply.get("op") != "step":
                 return self._answer(reply, "solve").get("answer")
             if env is None:
-                raise OutsideBroken(f"{self.name} asked to step a single-turn task")
+                raise OutsideAgentRestarted(f"{self.name} asked to step a single-turn task")
             try:
                 observation = env.step(reply.get("action"))  # type: ignore[arg-type]
             except (TypeError, RuntimeError) as error:
@@ -450,10 +457,11 @@ class Process(Outside):
 
     def _answer(self, reply: dict[str, Any], op: str) -> dict[str, Any]:
         if "error" in reply:
-            raise OutsideError(f"{self.name}'s {op} failed: {_last_line(reply.get('traceback'))}"
+            raise OutsideAgentError(f"{self.name}'s {op} failed: {_last_line(reply.get('traceback'))}"
                                f"{one_line(str(reply['error']))}")
         if op == "solve" and "answer" not in reply:
-            raise OutsideBroken(f"{self.name} answered solve without an answer: {json.dumps(reply)[:200]}")
+            shown = json.dumps(reply)[:200]
+            raise OutsideAgentRestarted(f"{self.name} answered solve without an answer: {shown}")
         return reply
 
     async def _write(self, message: dict[str, Any]) -> None:
@@ -463,7 +471,7 @@ class Process(Outside):
             process.stdin.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
             await process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
-            raise OutsideBroken(await self._exited()) from None
+            raise OutsideAgentRestarted(await self._exited()) from None
 
     async def _read(self) -> dict[str, Any]:
         process = self._running()
@@ -471,21 +479,21 @@ class Process(Outside):
         try:
             line = await process.stdout.readline()
         except ValueError:  # longer than the stream's limit
-            raise OutsideBroken(f"{self.name} printed a line over 64 MiB") from None
+            raise OutsideAgentRestarted(f"{self.name} printed a line over 64 MiB") from None
         if not line:
-            raise OutsideBroken(await self._exited())
+            raise OutsideAgentRestarted(await self._exited())
         try:
             reply = json.loads(line)
         except ValueError:
             reply = None
         if not isinstance(reply, dict):
             shown = line.decode(errors="replace").strip()[:200]
-            raise OutsideBroken(f"{self.name} printed something that is not a JSON object: {shown!r}")
+            raise OutsideAgentRestarted(f"{self.name} printed something that is not a JSON object: {shown!r}")
         return reply
 
     def _running(self) -> asyncio.subprocess.Process:
         if self._process is None:
-            raise OutsideBroken(f"{self.name} is not running")
+            raise OutsideAgentRestarted(f"{self.name} is not running")
         return self._process
 
     async def _exited(self) -> str:

@@ -82,6 +82,10 @@ def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool =
     if overrides is None:
         overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
     overrides = [o for o in overrides if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
+    # Where configs were found (a variant of one's own, an outside agent's): without it the
+    # resumed command could not compose the same config.
+    composing = HydraConfig.get().overrides.hydra if HydraConfig.initialized() else []
+    overrides = [*overrides, *(o for o in composing if o.startswith("hydra.searchpath="))]
     sweeping = ["-m"] if sweep else []
     again = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
     return f"the episodes written so far are kept; resume with: {again}"
