@@ -2,7 +2,7 @@
 memory of the answers it got right.
 
     python -m harness variant=external \
-        variant.entry=examples.outside_agents.dspy_agent:DSPyAgent +variant.options.k=4
+        variant.entry=examples.outside_agents.dspy_agent:DSPyAgent "variant.options={k:4}"
 
 Its `dspy.LM` is the run's endpoint (`openai/<model>` at `llm.base_url`, so every call bills
 purpose act) with DSPy's response cache off: every call of the program reaches the endpoint, and

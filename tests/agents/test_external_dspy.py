@@ -23,7 +23,7 @@ INSTRUCTIONS = "You are a concise assistant. Answer with the answer only, no exp
 @pytest.fixture(scope="module")
 def dspy_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("dspy") / "run"
-    result = run_cli(*QUIET, "variant=external", f"variant.entry={ENTRY}", f"+variant.options.k={K}",
+    result = run_cli(*QUIET, "variant=external", f"variant.entry={ENTRY}", f"variant.options={{k:{K}}}",
                      "model=scripted", "embedder=hashing", "cache.enabled=false", f"stream.num_tasks={TASKS}",
                      "seeds=[0,1]", "model.scripted.latency_s=0.05", f"hydra.run.dir={run_dir}", timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
