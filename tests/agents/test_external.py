@@ -115,3 +115,12 @@ def test_a_single_turn_agent_in_a_multi_step_environment_is_a_one_line_error():
 def test_the_tables_of_an_outside_agent_run_are_the_harness_tables():
     run = external(f"variant.entry={FAKES}:Answering", "stream.num_tasks=2")
     assert set(run.rows) <= set(TABLES)
+
+
+def test_a_spent_budget_stops_an_outside_agents_run_as_it_stops_a_native_one():
+    native = run_variant("variant=baseline", "stream.num_tasks=8", "budget.max_tokens=150")
+    outside = external(BASELINE, "stream.num_tasks=8", "budget.max_tokens=150")
+    assert outside.outcome.stopped_by is not None and outside.outcome.stopped_by == native.outcome.stopped_by
+    assert frame(outside, "episodes").equals(frame(native, "episodes"))
+    assert frame(outside, "llm_calls").equals(frame(native, "llm_calls"))
+    assert not all(e["attempted"] for e in outside.rows["episodes"])
