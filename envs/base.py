@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from envs.scorers import Scorer
     from envs.tool_calls import ToolCall, ToolResult
 
 
@@ -62,6 +63,8 @@ class Score(BaseModel):
     success: bool
     score: float
     response: str | None
+    reason: str | None = None
+    """One line: why this score, where the checker says (a scorer always does)."""
 
 
 class StepResult(BaseModel):
@@ -144,14 +147,17 @@ class Environment(abc.ABC):
 
 
 class SingleTurnEpisode(EnvEpisode):
-    """A question answered in one step. By default the answer is the reply's first line (or the
-    task's `answer_pattern` group) and is checked by exact match after normalisation; environments
-    with their own checker override `extract` and `grade`."""
+    """A question answered in one step, scored by `scorer` (envs/scorers/); without one, the answer
+    is the reply's first line (or the task's `answer_pattern` group) checked by exact match after
+    normalisation, and environments with their own checker override `extract` and `grade`."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, scorer: Scorer | None = None) -> None:
         super().__init__(task)
+        self.scorer = scorer
         self._response: str | None = None
         self._score = 0.0
+        self._success: bool | None = None
+        self._reason: str | None = None
 
     @property
     def observation(self) -> str:
@@ -167,14 +173,20 @@ class SingleTurnEpisode(EnvEpisode):
     def step(self, action: str) -> StepResult:
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
-        self._response = self.extract(action)
-        self._score = self.grade(self._response)
+        if self.scorer is not None:
+            verdict = self.scorer.score(action, self._task)
+            self._response, self._score = verdict.response, verdict.score
+            self._success, self._reason = verdict.success, verdict.reason
+        else:
+            self._response = self.extract(action)
+            self._score = self.grade(self._response)
         self.done = True
         return StepResult(observation="", reward=self._score, done=True)
 
     def score(self) -> Score:
-        # Success means full marks; environments with partial credit report it in `score`.
-        return Score(success=self._score >= 1.0, score=self._score, response=self._response)
+        # Without a scorer, success means full marks; partial credit is reported in `score`.
+        success = self._success if self._success is not None else self._score >= 1.0
+        return Score(success=success, score=self._score, response=self._response, reason=self._reason)
 
 
 _ANSWER_PREFIX = re.compile(r"^\s*(final answer|answer)\s*[:\-]\s*", re.IGNORECASE)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task
+from envs.scorers import scorer as make_scorer
 
 CountryRecord = dict[str, Any]
 
@@ -68,6 +69,7 @@ class CountryFacts(Environment):
         if not families:
             raise ValueError("env.families: at least one family is needed")
         self.families = list(families)
+        self.scorer = make_scorer("exact")
         self._pool: list[Task] | None = None
 
     def tasks(self) -> list[Task]:
@@ -76,7 +78,7 @@ class CountryFacts(Environment):
         return self._pool
 
     def reset(self, task: Task) -> EnvEpisode:
-        return SingleTurnEpisode(task)
+        return SingleTurnEpisode(task, self.scorer)
 
     def _family_tasks(self, family: str) -> list[Task]:
         spec = FAMILIES[family]

@@ -1,9 +1,10 @@
 """Your own tasks: one JSON object per line, `{"id", "question", "answer"}` plus optional
 `family`, `aliases`, `answer_pattern` (a regex whose `answer` group is taken from a matching reply,
 e.g. for "The plural of mouse is mice.") and `metadata`. Every line is validated before the run
-starts; a bad line stops it with its line number and field, never skipped silently. Checked like
-the built-in single-turn tasks: exact match after folding case, accents, punctuation and spacing
-(answer or any alias).
+starts; a bad line stops it with its line number and field, never skipped silently. Scored by
+`env.scorer` (envs/scorers/), by default `exact`: the answer line equal to the answer or an alias
+after folding case, accents, punctuation and spacing; `numeric`, `math`, `choice`, ... read other
+kinds of answers.
 
 `env.tuning_path` may name a second file of the same form as the tuning split (for OPRO); it must
 share no id or question with the main file.
@@ -19,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task
+from envs.scorers import scorer as make_scorer
 
 
 class TaskLine(BaseModel):
@@ -87,11 +89,18 @@ def read_tasks(path: Path) -> list[Task]:
 
 
 class JsonlTasks(Environment):
-    def __init__(self, path: str | None = None, tuning_path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, tuning_path: str | None = None,
+                 scorer: str | dict[str, Any] = "exact") -> None:
         if not path:
             raise ValueError("env.path: name your task file, e.g. env=jsonl env.path=tasks.jsonl")
+        self.scorer = make_scorer(scorer)
         self._tasks = read_tasks(Path(path))
         self._tuning = read_tasks(Path(tuning_path)) if tuning_path else []
+        for task in (*self._tasks, *self._tuning):
+            try:
+                self.scorer.check_reference(task)
+            except ValueError as error:
+                raise ValueError(f"task {task.task_id}: answer: {error}") from None
 
     def tasks(self) -> list[Task]:
         return self._tasks
@@ -100,4 +109,4 @@ class JsonlTasks(Environment):
         return self._tuning
 
     def reset(self, task: Task) -> EnvEpisode:
-        return SingleTurnEpisode(task)
+        return SingleTurnEpisode(task, self.scorer)

@@ -83,6 +83,8 @@ class AttemptResult(BaseModel):
     judge_score: float | None
     reward: float
     """What the agent is told: the true score, or the judge's when `reward_source=judge`."""
+    score_reason: str | None = None
+    """The checker's one-line reason for `score`, where it gives one (envs/scorers/)."""
     reflection: str | None = None
     """The reflection the agent carried into this attempt, if any (unverified model text)."""
 

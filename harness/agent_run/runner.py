@@ -94,7 +94,8 @@ class EnvTrial(Trial):
         reward = judge_score if self.reward_source == "judge" and judge_score is not None else truth.score
         return AttemptResult(number=self.attempts_started, response=truth.response,
                              raw_response=attempt.final_output, steps=attempt.steps, success=truth.success,
-                             score=truth.score, judge_score=judge_score, reward=reward, reflection=reflection)
+                             score=truth.score, judge_score=judge_score, reward=reward, reflection=reflection,
+                             score_reason=truth.reason)
 
     def start_attempt(self) -> EnvEpisode:
         self.attempts_started += 1
@@ -304,7 +305,8 @@ class EpisodeRunner:
         sink.append(AttemptRow.table, [
             AttemptRow(**where, attempt=r.number, response=r.response, raw_response=r.raw_response,
                        success=r.success, score=r.score, judge_score=r.judge_score, reward=r.reward,
-                       steps=r.steps, reflection=r.reflection).model_dump() for r in results])
+                       steps=r.steps, reflection=r.reflection, score_reason=r.score_reason).model_dump()
+            for r in results])
         for table, rows in self.recorder.take().items():
             sink.append(table, [row.model_dump() for row in rows])
         sink.append(SnapshotRow.table, saved)

@@ -319,6 +319,9 @@ class AttemptRow(Record):
     """The environment's verdict on this attempt."""
     score: float
     """The environment's score of this attempt."""
+    score_reason: str | None = None
+    """Why that score, in one line, where the environment's scorer says (envs/scorers/): "matches the
+    reference", "no number in the reply", ...; null for checkers that give none."""
     judge_score: float | None
     """The judge's score of this attempt; null without a judge."""
     reward: float

@@ -142,7 +142,7 @@ def test_a_failed_task_ends_at_once_and_scores_zero(env):
     assert "a dove egg" in episode.observation
     result = episode.step("focus on dove")
     assert result.done and result.reward == -opening  # the points it had are lost, none below 0
-    assert episode.score().model_dump() == {"success": False, "score": 0.0,
+    assert episode.score().model_dump() == {"success": False, "score": 0.0, "reason": None,
                                             "response": "1 steps, score -100/100, failed"}
 
 

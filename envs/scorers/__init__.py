@@ -1,0 +1,85 @@
+"""Scorers: how a reply to a single-turn task is scored, one registry for every environment.
+
+A scorer is one class in one module of this package (or of any importable module, named as
+`package.module:Class`): it derives from `Scorer`, says its `name`, and turns a reply and the task
+into a `Verdict` (a score in [0, 1], whether it counts as a success, the answer it read and a
+one-line reason, which lands in `attempts.score_reason`). A new scorer needs no edit elsewhere:
+`scorer(name)` finds it by importing this package's modules. A reply a scorer cannot read is a
+failed verdict with its reason, never an exception; a reference it cannot read is refused before
+the run starts (`check_reference`, a ValueError naming what is wrong).
+
+Configs name a scorer as a string (`exact`) or a mapping with its options
+(`{name: numeric, tolerance: 0.01}`).
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import pkgutil
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from envs.base import Task
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    score: float
+    """In [0, 1]; partial credit where the scorer has it."""
+    success: bool
+    """Full marks (a scorer with partial credit says where success starts)."""
+    response: str | None
+    """The answer the scorer read in the reply (what `attempts.response` shows)."""
+    reason: str
+    """One line: why this score ("matches the reference", "no number in the reply", ...)."""
+
+
+class Scorer(abc.ABC):
+    """Scores replies to single-turn tasks. Options are the constructor's keyword arguments."""
+
+    name: ClassVar[str]
+    registry: ClassVar[dict[str, type[Scorer]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            Scorer.registry[cls.name] = cls
+
+    @abc.abstractmethod
+    def score(self, reply: str, task: Task) -> Verdict:
+        """The verdict on `reply` (the model's whole reply) to `task`; never raises on the reply."""
+
+    def check_reference(self, task: Task) -> None:  # noqa: B027 - optional hook
+        """Refuse (ValueError, one line) a task whose reference this scorer cannot read."""
+
+
+def scorer(spec: str | dict[str, Any]) -> Scorer:
+    """The scorer a config names: `"numeric"`, `{"name": "numeric", "tolerance": 0.01}` or a
+    `package.module:Class` in either form. A ValueError names an unknown scorer or option."""
+    options = dict(spec) if isinstance(spec, dict) else {"name": spec}
+    name = options.pop("name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a scorer is a name or a mapping with one, got {spec!r}")
+    cls = _find(name)
+    try:
+        return cls(**options)
+    except TypeError as error:
+        raise ValueError(f"scorer {name}: {error}") from None
+
+
+def _find(name: str) -> type[Scorer]:
+    if ":" in name:
+        module, _, attribute = name.partition(":")
+        found = getattr(importlib.import_module(module), attribute, None)
+        if not (isinstance(found, type) and issubclass(found, Scorer)):
+            raise ValueError(f"scorer {name} is not a Scorer class")
+        return found
+    if name not in Scorer.registry:
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
+    if name not in Scorer.registry:
+        raise ValueError(f"unknown scorer {name!r}: one of {', '.join(sorted(Scorer.registry))}")
+    return Scorer.registry[name]
