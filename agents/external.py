@@ -147,9 +147,10 @@ class ExternalAgent(Agent):
         self.home = context.workdir / "external" / context.run_id
         self.workdir = self.home / "workdir"
         self.state_dir = self.home / "state"
+        """What the agent saved after its last task: a restart loads it."""
         self.stderr_log = self.home.with_name(f"{context.run_id}.stderr.log")
         """A process's stderr, every start of it appended (a resume's too)."""
-        """What the agent saved after its last task: a restart loads it."""
+        self._task: TaskView | None = None
         self._outside: Outside | None = None
         self._endpoint: ModelEndpoint | None = None
         self._started = False
@@ -158,21 +159,23 @@ class ExternalAgent(Agent):
         return ()
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
+        """One attempt: an outside agent retries, if it does, inside its own solve."""
+        self._task = trial.task
         episode = trial.start_attempt()
         self.attempt = 1
-        attempt = await self._solve(trial.task, episode)
+        attempt = await self.solve(episode)
         return [await trial.assess(episode, attempt, None)]
 
-    async def solve(self, episode: EnvEpisode) -> Attempt:  # run_task goes through _solve
-        raise NotImplementedError
-
-    async def _solve(self, task: TaskView, episode: EnvEpisode) -> Attempt:
+    async def solve(self, episode: EnvEpisode) -> Attempt:
+        """The outside agent's solve on the task in progress: its answer is the episode's (last) action."""
+        assert self._task is not None
+        task = self._task
         outside = await self._ready()
         stepped = episode.multi_step or episode.tools is not None
         env = Environment(episode, self._step_row(episode)) if stepped else None
         if env is not None and not outside.steps:
             raise OutsideAgentError(f"{outside.name} cannot act in a multi-step environment: it needs "
-                               "solve(task, env) (a process: 'step' among its ops)")
+                                    "solve(task, env) (a process: 'step' among its ops)")
         answer = await self._guarded(outside.solve(task.model_dump(), env), "solve")
         if not isinstance(answer, str):
             raise OutsideAgentError(f"{outside.name}'s solve returned {type(answer).__name__}, not a string")
@@ -268,13 +271,12 @@ class ExternalAgent(Agent):
         """The outside call's result; over `timeout_s` or broken, the agent is restarted before its
         next task; the endpoint's stop (a spent budget, an unusable model) wins over what the
         outside code made of it."""
-        assert self._endpoint is not None or op == "start"
         try:
             result = await asyncio.wait_for(call, self.timeout_s)
         except TimeoutError:
             await self._restart()
             raise OutsideAgentRestarted(f"the outside agent's {op} did not return within variant.timeout_s="
-                                f"{self.timeout_s:g} s") from None
+                                        f"{self.timeout_s:g} s") from None
         except OutsideAgentRestarted:
             await self._restart()
             self._raise_stop()
@@ -371,7 +373,7 @@ class InProcess(Outside):
             raise
         except Exception as error:
             raise OutsideAgentError(f"{self.name}.{getattr(function, '__name__', 'call')} raised "
-                               f"{_where(error)}") from error
+                                    f"{_where(error)}") from error
 
 
 class Process(Outside):
@@ -458,7 +460,7 @@ class Process(Outside):
     def _answer(self, reply: dict[str, Any], op: str) -> dict[str, Any]:
         if "error" in reply:
             raise OutsideAgentError(f"{self.name}'s {op} failed: {_last_line(reply.get('traceback'))}"
-                               f"{one_line(str(reply['error']))}")
+                                    f"{one_line(str(reply['error']))}")
         if op == "solve" and "answer" not in reply:
             shown = json.dumps(reply)[:200]
             raise OutsideAgentRestarted(f"{self.name} answered solve without an answer: {shown}")
