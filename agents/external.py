@@ -17,11 +17,17 @@ HARNESS_URLS, HARNESS_WORKDIR, HARNESS_SEED, HARNESS_OPTIONS, and OPENAI_BASE_UR
 set to the run's, with no secret of the harness's environment; its stderr is appended to
 `external/<run_id>.stderr.log` in the run directory (its workdir: `external/<run_id>/workdir`).
 
-Faults stay in their episode: an exception, a crash, garbage on stdout, a non-string answer or a
-task over `variant.timeout_s` fail that episode with a one-line error, and the run goes on with the
-agent restarted (a new key: a call of the abandoned task is refused) and reloaded from the state it
-saved after its last task. Outside agents are the user's code, not model-written code: they are not
-sandboxed, but each has only its own workdir and its own run's key.
+Faults stay in their episode: each fails that episode with a one-line error and the run goes on.
+An exception of the outside code, an error reply of a process or a non-string answer leave the
+agent as it is; what leaves it unable to answer (a task over `variant.timeout_s`, a process that
+exits, prints something that is not a JSON object or no ready line) restarts it first: a new key
+(a call of the abandoned task is refused), a new instance or process, reloaded from the state it
+saved after its last task. In a multi-step environment the answer `solve` returns is an action
+only where the environment takes a final reply (tools); in TextWorld and ScienceWorld the actions
+are the `env.step` calls, and the answer is only recorded.
+
+Outside agents are the user's code, not model-written code: they are not sandboxed, but each has
+only its own workdir and its own run's key.
 """
 
 from __future__ import annotations
@@ -156,7 +162,13 @@ class ExternalAgent(Agent):
         self._started = False
 
     def gated_edits(self) -> tuple[()]:
-        return ()
+        return ()  # an outside agent's self-edits are its own: the sealed gate cannot see them
+
+    def export_state(self) -> dict[str, Any]:
+        return {"protocol": self.protocol}  # no prompt of the harness's: it writes its own
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        self.protocol = state["protocol"]
 
     async def run_task(self, trial: Trial) -> list[AttemptResult]:
         """One attempt: an outside agent retries, if it does, inside its own solve."""
@@ -409,7 +421,11 @@ class Process(Outside):
                     cwd=self.workdir, env=self.environment, limit=64 * 1024 * 1024, start_new_session=True)
             except OSError as error:
                 raise OutsideAgentRestarted(f"variant.command could not start: {one_line(error)}") from None
-        ready = await asyncio.wait_for(self._read(), self.READY_S)
+        try:
+            ready = await asyncio.wait_for(self._read(), self.READY_S)
+        except TimeoutError:
+            raise OutsideAgentRestarted(f"{self.name} printed no ready line within {self.READY_S:g} s"
+                                        ) from None
         if ready.get("ready") is not True or not isinstance(ready.get("ops", []), list):
             raise OutsideAgentRestarted(f"{self.name} did not say it is ready ({{\"ready\": true, \"ops\": "
                                         f"[...]}}), it said {json.dumps(ready)[:200]}")

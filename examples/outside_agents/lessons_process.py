@@ -7,7 +7,7 @@ the other purposes) and its workdir as the current directory. It keeps its lesso
 saves them on request: a restart after a crash loads the last save.
 
     python -m harness variant=external \
-        'variant.command=[python,{ROOT}/examples/outside_agents/lessons_process.py]'
+        'variant.command=[python,examples/outside_agents/lessons_process.py]'
 """
 
 from __future__ import annotations

@@ -93,8 +93,8 @@ def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None 
                            guard=guard, recorder=recorder, judge=judge, endpoint=endpoint)
     agent: Agent = instantiate_component(own, "variant", Agent, context=context)
     if options.gate == "sealed" and not agent.gated_edits():
-        _refuse(f"variant.gate=sealed: {type(agent).__name__} makes no self-edit the gate can audit (lessons "
-                "need variant.memory with mode lessons)")
+        _refuse(f"variant.gate=sealed: {type(agent).__name__} makes no self-edit the gate can audit (of the "
+                "native agents' lessons, those of variant.memory with mode lessons)")
     if options.gate == "sealed" and env is not None and not spec.frozen:
         def probe(episode: EnvEpisode, messages: list[dict[str, Any]]) -> Any:
             # The probes act through the agent's own loop, billed as validate, recorded as no step.
