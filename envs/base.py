@@ -12,12 +12,11 @@ import abc
 import re
 import string
 import unicodedata
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from envs.scorers import Scorer
     from envs.tool_calls import ToolCall, ToolResult
 
 
@@ -65,6 +64,27 @@ class Score(BaseModel):
     response: str | None
     reason: str | None = None
     """One line: why this score, where the checker says (a scorer always does)."""
+
+
+class Verdict(BaseModel):
+    """A scorer's verdict on one reply (envs/scorers/)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    score: float
+    """In [0, 1]; partial credit where the scorer has it."""
+    success: bool
+    """Full marks (a scorer with partial credit says where success starts)."""
+    response: str | None
+    """The answer the scorer read in the reply (what `attempts.response` shows)."""
+    reason: str
+    """One line: why this score ("matches the reference", "no number in the reply", ...)."""
+
+
+class ReplyScorer(Protocol):
+    """What a single-turn episode scores a reply with: `envs.scorers.Scorer`."""
+
+    def score(self, reply: str, task: Task) -> Verdict: ...
 
 
 class StepResult(BaseModel):
@@ -128,10 +148,14 @@ class Environment(abc.ABC):
     streams, `interleaved_families` for interleaved ones, which need several."""
     default_families: ClassVar[tuple[str, ...]] = ()
     interleaved_families: ClassVar[tuple[str, ...]] = ()
+    order_option: ClassVar[str | None] = None
+    """The constructor option that, when set, orders the pool (the dataset env's `order_by`): then a
+    stream keeps the order of `tasks()` instead of a seeded shuffle (harness/agent_run/streams.py)."""
 
     @abc.abstractmethod
     def tasks(self) -> list[Task]:
-        """The evaluation pool, in a fixed order; streams are seeded samples of it."""
+        """The evaluation pool, in a fixed order; streams are seeded samples of it (kept in this order
+        where the env's `order_option` is set)."""
 
     def setup(self, tasks: list[Task]) -> None:  # noqa: B027 - optional hook
         """Build what these tasks need (games, generators) before any episode; timed as set-up."""
@@ -151,7 +175,7 @@ class SingleTurnEpisode(EnvEpisode):
     is the reply's first line (or the task's `answer_pattern` group) checked by exact match after
     normalisation, and environments with their own checker override `extract` and `grade`."""
 
-    def __init__(self, task: Task, scorer: Scorer | None = None) -> None:
+    def __init__(self, task: Task, scorer: ReplyScorer | None = None) -> None:
         super().__init__(task)
         self.scorer = scorer
         self._response: str | None = None

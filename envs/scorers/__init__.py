@@ -19,22 +19,9 @@ import importlib
 import pkgutil
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from envs.base import Task, Verdict
 
-from envs.base import Task
-
-
-class Verdict(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    score: float
-    """In [0, 1]; partial credit where the scorer has it."""
-    success: bool
-    """Full marks (a scorer with partial credit says where success starts)."""
-    response: str | None
-    """The answer the scorer read in the reply (what `attempts.response` shows)."""
-    reason: str
-    """One line: why this score ("matches the reference", "no number in the reply", ...)."""
+__all__ = ["Scorer", "Verdict", "scorer"]
 
 
 class Scorer(abc.ABC):

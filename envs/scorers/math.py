@@ -247,55 +247,86 @@ def serve() -> None:
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     from math_verify.errors import TimeoutException
 
     with contextlib.suppress(ValueError, OSError):  # a lower hard limit already: keep it
         resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_LIMIT, _MEMORY_LIMIT))
     # math-verify warns that its timeouts are off, and logs each failed parse: the parent reports.
     logging.disable(logging.CRITICAL)
-    reply_config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    reference_config = [LatexExtractionConfig(), ExprExtractionConfig()]
-    references: dict[str, list[Any]] = {}
-    state = {"timed_out": False}
+    checker = _Checker()
 
     def on_alarm(*_: Any) -> None:
-        state["timed_out"] = True
+        checker.timed_out = True
         # math-verify catches its own TimeoutException (a BaseException) around each parse and each
         # comparison and gives up on it; the flag tells this loop the answer is a timeout.
         raise TimeoutException("timed out")
 
+    signal.signal(signal.SIGALRM, on_alarm)
+    print("ready", file=protocol, flush=True)
+    for line in sys.stdin:
+        checker.timed_out = False
+        try:
+            request = json.loads(line)
+            signal.setitimer(signal.ITIMER_REAL, request["timeout"])
+            answer = checker.handle(request)
+        except TimeoutException:
+            answer = {"error": "timed out"}
+        except Exception as error:
+            answer = {"error": f"math-verify failed ({type(error).__name__})"}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if checker.timed_out:
+            answer = {"error": "timed out"}
+        print(json.dumps(answer), file=protocol, flush=True)
+
+
+class _Checker:
+    """math-verify's reading and comparison, in the helper process; references parsed once."""
+
+    def __init__(self) -> None:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+        self.reply_config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+        self.reference_config = [LatexExtractionConfig(), ExprExtractionConfig()]
+        self.references: dict[str, list[Any]] = {}
+        self.timed_out = False
+
+    @staticmethod
     def bare(reply: str) -> bool:
         # One short line with no math delimiters: math-verify's extraction wants `$...$` around LaTeX
         # and takes a plain number out of the rest (the 3 of \left( 3, \frac{\pi}{2} \right), of 2, 3).
         return ("\n" not in reply.strip() and len(reply) <= _BARE_CHARS
                 and not any(mark in reply for mark in ("$", "\\(", "\\[", "\\boxed")))
 
+    @staticmethod
     def mathematical(parsed: list[Any]) -> bool:
         return any(not isinstance(item, str) for item in parsed)
 
-    def reference(form: str) -> list[Any]:
-        if form not in references:
-            parsed: list[Any] = []
-            for text, config in ((f"${form}$", reference_config), (f"\\boxed{{{form}}}", reference_config),
-                                 (form, reference_config)):
-                parsed = parse(text, config, parsing_timeout=None)
-                if mathematical(parsed):
-                    break
-            if state["timed_out"]:  # math-verify gave up on it: say timed out, and try again next time
-                return []
-            references[form] = parsed if mathematical(parsed) else []
-        return references[form]
+    def reference(self, form: str) -> list[Any]:
+        from math_verify import parse
 
-    def handle(request: dict[str, Any]) -> dict[str, Any]:
-        golds = [reference(form) for form in request["forms"]]
+        if form not in self.references:
+            parsed: list[Any] = []
+            for text in (f"${form}$", f"\\boxed{{{form}}}", form):
+                parsed = parse(text, self.reference_config, parsing_timeout=None)
+                if self.mathematical(parsed):
+                    break
+            if self.timed_out:  # math-verify gave up on it: say timed out, and try again next time
+                return []
+            self.references[form] = parsed if self.mathematical(parsed) else []
+        return self.references[form]
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        from math_verify import parse, verify
+
+        golds = [self.reference(form) for form in request["forms"]]
         if request["reply"] is None:
             forms = zip(request["forms"], golds, strict=True)
             return {"unreadable": [form for form, gold in forms if not gold]}
         reply = request["reply"]
-        readings = [parse(reply, reply_config, fallback_mode="first_match", parsing_timeout=None)]
-        if bare(reply):  # also read as the reference is; either reading may match
-            readings.insert(0, parse(f"${reply.strip()}$", reference_config, fallback_mode="first_match",
+        readings = [parse(reply, self.reply_config, fallback_mode="first_match", parsing_timeout=None)]
+        if self.bare(reply):  # also read as the reference is; either reading may match
+            readings.insert(0, parse(f"${reply.strip()}$", self.reference_config, fallback_mode="first_match",
                                      parsing_timeout=None))
         rounding = request["float_rounding"]
         for predicted in readings:
@@ -306,23 +337,5 @@ def serve() -> None:
         else:  # no match: report the extraction's reading, or the bare one where it found nothing
             predicted = next((reading for reading in readings[::-1] if reading), readings[-1])
         text = next((item for item in predicted if isinstance(item, str)), None)
-        return {"equivalent": equivalent, "response": text, "parsed": mathematical(predicted),
+        return {"equivalent": equivalent, "response": text, "parsed": self.mathematical(predicted),
                 "no_reference": not any(golds)}
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    print("ready", file=protocol, flush=True)
-    for line in sys.stdin:
-        state["timed_out"] = False
-        try:
-            request = json.loads(line)
-            signal.setitimer(signal.ITIMER_REAL, request["timeout"])
-            answer = handle(request)
-        except TimeoutException:
-            answer = {"error": "timed out"}
-        except Exception as error:
-            answer = {"error": f"math-verify failed ({type(error).__name__})"}
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if state["timed_out"]:
-            answer = {"error": "timed out"}
-        print(json.dumps(answer), file=protocol, flush=True)
