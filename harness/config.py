@@ -54,12 +54,25 @@ class Component(BaseModel):
 
     @model_validator(mode="after")
     def _absolute_paths(self) -> Component:
-        """Options named `path` or `*_path`/`*_dir` are read from where the run was started, also by
-        Ray workers that run elsewhere: make them absolute here, once."""
+        """Options named `path` or `*_path`/`*_dir` (a string or a list of them) are read from where the
+        run was started, also by Ray workers that run elsewhere: make them absolute here, once. A
+        `path` that names nothing here and is not written as a path (`openai/gsm8k`) may be a remote
+        name, a Hugging Face dataset's id (env=dataset): it is kept as written."""
         for key, value in (self.model_extra or {}).items():
-            if (key == "path" or key.endswith(("_path", "_dir"))) and isinstance(value, str) and value:
-                self.model_extra[key] = str(Path(value).expanduser().resolve())  # type: ignore[index]
+            if key == "path" or key.endswith(("_path", "_dir")):
+                remote = key == "path"
+                if isinstance(value, str) and value:
+                    self.model_extra[key] = _absolute(value, remote)  # type: ignore[index]
+                elif isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+                    self.model_extra[key] = [_absolute(v, remote) for v in value]  # type: ignore[index]
         return self
+
+
+def _absolute(value: str, may_be_remote: bool) -> str:
+    path = Path(value).expanduser()
+    if may_be_remote and not path.exists() and not value.startswith(("/", "~", ".")):
+        return value
+    return str(path.resolve())
 
 
 class Price(_Strict):

@@ -81,7 +81,7 @@ def ood_env(settings: HarnessConfig, overrides: str) -> Component:
             if not path.exists():
                 names = ", ".join(sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml")))
                 raise ConfigError(f"invalid --ood: env={value}: no such env (choose from {names})")
-            base = OmegaConf.load(path)
+            base = composed_env(value, settings.seed)
         else:
             dotted.append(f"{key.removeprefix('env.')}={value}")
     merged = OmegaConf.merge(base, OmegaConf.from_dotlist(dotted))
@@ -91,6 +91,16 @@ def ood_env(settings: HarnessConfig, overrides: str) -> Component:
         return Component.model_validate({str(k): v for k, v in cfg.items()})
     except ValueError as error:
         raise ConfigError(f"invalid --ood: {one_line(error)}") from None
+
+
+def composed_env(name: str, seed: int) -> Any:
+    """conf/env/<name>.yaml as a run composes it: a preset with its defaults (env=gsm8k on
+    env=dataset), `${seed}` the job's."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"env={name}", f"seed={seed}"])
+    return OmegaConf.create(OmegaConf.to_container(cfg.env, resolve=True))
 
 
 def draw(tasks: list[Task], count: int, seed: int) -> list[Task]:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# No test reaches the Hugging Face hub (env=dataset's presets name hub datasets): set before anything
+# imports `datasets` or `huggingface_hub`, which read it once; runs the tests start inherit it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 from hydra import compose, initialize_config_dir

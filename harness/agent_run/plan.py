@@ -219,6 +219,16 @@ def env_families(env: Component, scenario: str) -> Component:
                                      option: list(families)})
 
 
+def env_keeps_order(env: Component) -> bool:
+    """Whether the env's pool is ordered (its `order_option` set, e.g. env=dataset's `order_by`):
+    its streams keep that order instead of a seeded shuffle."""
+    try:
+        option = get_class(env.target).order_option
+    except Exception:  # not an Environment: instantiating it says what is wrong, in one line
+        return False
+    return option is not None and env.kwargs().get(option) not in (None, "")
+
+
 def resolve_defaults(settings: HarnessConfig) -> tuple[HarnessConfig, list[Task], list[Task]]:
     """The settings with every null that depends on the env filled (its families, the tuning split's
     size, the stream's length), with the tuning split and the evaluation pool they give."""
@@ -279,8 +289,9 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     behaviour = behaviour_settings(settings)
     variant_cfg = settings.variant.instantiable()
     start_from = variant_cfg.pop("start_from", None)
+    ordered = env_keeps_order(settings.env)
     for seed in settings.seeds:
-        task_set = sample_tasks(pool, wanted, seed)
+        task_set = sample_tasks(pool, wanted, seed, ordered)
         for order_seed, repeat in itertools.product(stream.order_seeds or [seed], range(stream.repeats)):
             # A first repeat keeps the id a run without repeats has (and so its resume and snapshots).
             again = {"repeat": repeat} if repeat else {}
@@ -293,8 +304,9 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 repeat=repeat,
                 variant=settings.variant.name, variant_cfg=variant_cfg, seed=seed,
                 env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
-                tasks=order_tasks(task_set, stream.scenario, order_seed), probe_every=stream.probe_every,
-                probe_size=stream.probe_size, tuning_tasks=tuning, model=settings.model.name,
+                tasks=order_tasks(task_set, stream.scenario, order_seed, ordered),
+                probe_every=stream.probe_every, probe_size=stream.probe_size, tuning_tasks=tuning,
+                model=settings.model.name,
                 model_endpoint=endpoint_key(settings.model), model_params=settings.model.requested_params,
                 function_calling=settings.model.function_calling,
                 embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),

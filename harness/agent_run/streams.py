@@ -8,6 +8,9 @@ variance due to order measured. Scenarios:
 - `interleaved`: one agent, the families dealt round-robin (each family's tasks in seeded order),
   so transfer and interference between them show;
 - `isolated`: a fresh agent for every task: nothing learnt is carried (the runner rebuilds it).
+An env whose pool is ordered (its `order_option` set, e.g. env=dataset's `order_by` a date) keeps that
+order: the seed still draws the set, but the stream runs it in the pool's order (interleaved: each
+family in that order, the families dealt round-robin in the order they first appear).
 """
 
 from __future__ import annotations
@@ -19,19 +22,30 @@ from envs.base import Task
 from harness.config import SCENARIOS as SCENARIOS  # defined with the settings that name them
 
 
-def sample_tasks(pool: list[Task], num_tasks: int, seed: int) -> list[Task]:
-    return random.Random(seed).sample(pool, num_tasks)
+def sample_tasks(pool: list[Task], num_tasks: int, seed: int, ordered: bool = False) -> list[Task]:
+    """`num_tasks` of the pool drawn by `seed`; `ordered`: in the pool's order."""
+    drawn = random.Random(seed).sample(range(len(pool)), num_tasks)
+    return [pool[i] for i in (sorted(drawn) if ordered else drawn)]
 
 
-def order_tasks(tasks: list[Task], scenario: str, order_seed: int) -> list[Task]:
-    rng = random.Random(order_seed)
+def order_tasks(tasks: list[Task], scenario: str, order_seed: int, ordered: bool = False) -> list[Task]:
+    """The stream: `tasks` shuffled by `order_seed` (by family for the scenario), or, `ordered`, in
+    the order given (`order_seed` unused)."""
+    if ordered and scenario != "interleaved":
+        return list(tasks)
     by_family: dict[str, list[Task]] = defaultdict(list)
-    for task in sorted(tasks, key=lambda t: t.task_id):  # independent of how the set was drawn
-        by_family[task.family].append(task)
-    families = sorted(by_family)
-    rng.shuffle(families)
-    for family in families:
-        rng.shuffle(by_family[family])
+    if ordered:
+        for task in tasks:
+            by_family[task.family].append(task)
+        families = list(by_family)
+    else:
+        rng = random.Random(order_seed)
+        for task in sorted(tasks, key=lambda t: t.task_id):  # independent of how the set was drawn
+            by_family[task.family].append(task)
+        families = sorted(by_family)
+        rng.shuffle(families)
+        for family in families:
+            rng.shuffle(by_family[family])
     if scenario == "interleaved":
         rounds = max(len(v) for v in by_family.values())
         return [by_family[f][i] for i in range(rounds) for f in families if i < len(by_family[f])]

@@ -6,7 +6,7 @@ import pytest
 
 from envs.countries import CountryFacts
 from harness.agent_run.plan import build_plan
-from harness.agent_run.streams import order_tasks
+from harness.agent_run.streams import order_tasks, sample_tasks
 from harness.config import ConfigError
 from tests.conftest import run_variant, scripted_settings
 
@@ -89,3 +89,19 @@ def test_episode_ids_tie_every_row_to_its_episode():
     for episode in run.rows["episodes"]:
         own = [c for c in run.rows["llm_calls"] if c["episode_id"] == episode["episode_id"]]
         assert episode["total_tokens"] == sum(c["total_tokens"] for c in own)
+
+
+def test_an_ordered_pool_keeps_its_order_in_every_scenario():
+    """An env with its `order_option` set (env=dataset's order_by): the seed draws the set, the pool's
+    order runs it (tests/envs/test_dataset.py plans such streams)."""
+    pool = CountryFacts(families=["capital", "region"]).tasks()[::25]
+    drawn = sample_tasks(pool, 8, seed=3, ordered=True)
+    assert {t.task_id for t in drawn} == {t.task_id for t in sample_tasks(pool, 8, seed=3)}
+    assert drawn == sorted(drawn, key=pool.index)
+    for scenario in ("sequential", "isolated"):
+        assert order_tasks(drawn, scenario, order_seed=7, ordered=True) == drawn
+    interleaved = order_tasks(drawn, "interleaved", order_seed=7, ordered=True)
+    families = list(dict.fromkeys(t.family for t in drawn))
+    for family in families:
+        assert [t for t in interleaved if t.family == family] == [t for t in drawn if t.family == family]
+    assert interleaved[0].family == families[0] and interleaved[1].family == families[1]
