@@ -19,6 +19,7 @@ import random
 import re
 import sqlite3
 import string
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,12 @@ def sqlite_schema(path: str) -> str:
     return "\n\n".join(f"{sql.strip()};" for (sql,) in rows)
 
 
+_READING = threading.Lock()
+"""One dataset read at a time in a process: a sweep plans its jobs in threads, and datasets' tqdm
+lock breaks when two threads read at once (huggingface/datasets#7660: a job failed with "type object
+'tqdm' has no attribute '_lock'")."""
+
+
 def read_source(path: str, subset: str | None, split: str, revision: str | None) -> tuple[str, str, Any]:
     """Its label, its short name and the `datasets.Dataset` at `path`: a local file (subset, split
     and revision unused), a local directory (a copy of a hub repository) or a hub id."""
@@ -224,6 +231,8 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     local = Path(path)
+    if local.exists():  # reading a local file otherwise pings the hub's download counter
+        datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
     if local.is_file():
         label, name = local.name, local.name.removesuffix(local.suffix)
         if local.suffix not in BUILDERS:
@@ -241,7 +250,8 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
         label, name = f"{path}[{split}]", path.rsplit("/", 1)[-1]
         load = functools.partial(datasets.load_dataset, path, subset, split=split, revision=revision)
     try:
-        data = load()
+        with _READING:
+            data = load()
     except Exception as error:  # the library's own words, on one line
         hint = (" (HF_HUB_OFFLINE is set: only a dataset already in the Hugging Face cache can be read)"
                 if datasets.config.HF_HUB_OFFLINE and not local.exists() else "")

@@ -60,7 +60,10 @@ def scorer(spec: str | dict[str, Any]) -> Scorer:
 def _find(name: str) -> type[Scorer]:
     if ":" in name:
         module, _, attribute = name.partition(":")
-        found = getattr(importlib.import_module(module), attribute, None)
+        try:
+            found = getattr(importlib.import_module(module), attribute, None)
+        except ImportError as error:
+            raise ValueError(f"scorer {name}: cannot import {module} ({error})") from None
         if not (isinstance(found, type) and issubclass(found, Scorer)):
             raise ValueError(f"scorer {name} is not a Scorer class")
         return found
