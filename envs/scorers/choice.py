@@ -35,7 +35,9 @@ _ANCHOR = re.compile(r"\b(?:answer|choice|option)\b\s*(?:\*\*)?\s*(?:is\b\s*:?|:
 _WRAPPED = re.compile(r"(?<![A-Za-z0-9])(?:\(|\[|\*\*|\\boxed\{|\\text(?:bf)?\{|\{)"
                       r"\s*([A-Za-z])\s*(?:\)|\]|\*\*|\})"
                       r"|(?<![A-Za-z0-9\\])([A-Z])\)")
-_BARE = re.compile(r"(?<![A-Za-z0-9_\\'’])([A-Z])(?![A-Za-z0-9_'’])")
+# A lone capital, but not the pronoun "I" before a lowercase word ("I am not sure", "I think B"):
+# with nine options or more it would read as option I.
+_BARE = re.compile(r"(?<![A-Za-z0-9_\\'’])([A-Z])(?![A-Za-z0-9_'’])(?!(?<=I)\s+[a-z])")
 _WRAPPERS = " \t*_`()[]{}.:,;!'\"$"
 _ANCHORS_READ, _TEXT_READ, _LINE_READ = 8, 300, 1000
 

@@ -492,3 +492,15 @@ def test_scorers_survive_pickling(database, math_scorer):
         assert judged(sql_copy.score("SELECT 4", sql_task(database, "SELECT count(*) FROM people"))).success
     finally:
         math_copy._helper.close()
+
+
+def test_a_scorer_module_that_cannot_be_imported_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^scorer nowhere_at_all.f1:F1: cannot import nowhere_at_all.f1 \("):
+        scorer("nowhere_at_all.f1:F1")
+
+
+def test_the_pronoun_i_is_not_option_i_of_a_ten_option_question():
+    task = Task(task_id="t", family="f", question="q", answer="B", metadata={"choices": list("0123456789")})
+    assert scorer("choice").score("I think B.", task).success
+    assert scorer("choice").score("I am not sure.", task).response is None
+    assert scorer("choice").score("(I)", task).response == "I"
