@@ -1,13 +1,17 @@
 """Every env and every stream runs as it is: `python -m harness env=<name>` and `stream=<name>` need
-no other override, and a task file of any size runs without choosing a tuning split."""
+no other override (but the file of env=jsonl and the dataset of env=dataset; the dataset presets run
+on their local copies, since no test reaches the hub), and a task file of any size runs without
+choosing a tuning split."""
 
 import json
+import sqlite3
 
 import pytest
 
 from harness.agent_run.plan import build_plan
 from harness.config import HarnessConfig
 from tests.conftest import CONF_DIR, compose_config, run_variant
+from tests.envs.test_dataset import DATA, PATHS
 
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
 STREAMS = sorted(p.stem for p in (CONF_DIR / "stream").glob("*.yaml"))
@@ -35,6 +39,15 @@ def test_every_env_plans_with_no_other_override(env, tmp_path, task_file):
         except ValueError as missing:
             pytest.skip(str(missing))
     extra = [f"env.path={task_file}"] if env == "jsonl" else []  # a task file has to be named
+    if env == "dataset":  # a dataset has to be named: its columns question and answer are the defaults
+        extra = [f"env.path={PATHS['gsm8k']}"]
+    elif env in PATHS:  # a preset names a hub dataset (no test reaches the hub): on its local copy
+        extra = [f"env.path={PATHS[env]}"]
+        if env == "bird":
+            (tmp_path / "student_club").mkdir()
+            with sqlite3.connect(tmp_path / "student_club" / "student_club.sqlite") as connection:
+                connection.executescript((DATA / "bird.sql").read_text())
+            extra.append(f"env.db_dir={tmp_path}")
     specs = default_plan(tmp_path, f"env={env}", *extra)
     assert len(specs) == 1 and specs[0].tasks
     held_out = {t.task_id for t in specs[0].tuning_tasks}

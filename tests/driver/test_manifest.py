@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from envs.base import Environment
 from harness.agent_run.plan import build_plan
 from harness.driver.manifest import CORE_PACKAGES, env_packages, recorded, start_manifest
-from tests.conftest import scripted_settings
+from tests.conftest import compose_config, scripted_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_CONFIGS = sorted((ROOT / "conf" / "env").glob("*.yaml"))
@@ -26,7 +26,10 @@ def canonical(distribution: str) -> str:
 
 
 def env_class(config: Path) -> type[Environment]:
-    module, _, name = OmegaConf.load(config)["_target_"].rpartition(".")
+    target = OmegaConf.load(config).get("_target_")
+    if target is None:  # a preset on another env's yaml (env=gsm8k on env=dataset): as composed
+        target = compose_config(f"env={config.stem}").env["_target_"]
+    module, _, name = target.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
 
