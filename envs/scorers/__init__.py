@@ -19,9 +19,9 @@ import importlib
 import pkgutil
 from typing import Any, ClassVar
 
-from envs.base import Task, Verdict
+from envs.base import Task, Verdict, normalize
 
-__all__ = ["Scorer", "Verdict", "scorer"]
+__all__ = ["Scorer", "Verdict", "require_text", "scorer"]
 
 
 class Scorer(abc.ABC):
@@ -41,6 +41,15 @@ class Scorer(abc.ABC):
 
     def check_reference(self, task: Task) -> None:  # noqa: B027 - optional hook
         """Refuse (ValueError, one line) a task whose reference this scorer cannot read."""
+
+
+def require_text(task: Task, why: str = "") -> None:
+    """Refuse a reference or alias that folds to nothing (`normalize`): no reply could be compared
+    with it. `why` ends the message."""
+    for form in (task.answer, *task.aliases):
+        if not normalize(form):
+            raise ValueError(f"task {task.task_id}: reference {form!r} is empty once case and punctuation "
+                             f"are folded{why}")
 
 
 def scorer(spec: str | dict[str, Any]) -> Scorer:

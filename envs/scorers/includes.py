@@ -16,7 +16,7 @@ Options:
 from __future__ import annotations
 
 from envs.base import Task, normalize
-from envs.scorers import Scorer, Verdict
+from envs.scorers import Scorer, Verdict, require_text
 
 _SHOWN = 200
 """At most this many characters of a reply are shown as the response of a failed verdict."""
@@ -29,10 +29,7 @@ class Includes(Scorer):
         self.word_boundaries = word_boundaries
 
     def check_reference(self, task: Task) -> None:
-        for form in (task.answer, *task.aliases):
-            if not normalize(form):
-                raise ValueError(f"task {task.task_id}: reference {form!r} is empty once case and "
-                                 "punctuation are folded, so every reply would contain it")
+        require_text(task, ", so every reply would contain it")
 
     def score(self, reply: str, task: Task) -> Verdict:
         try:

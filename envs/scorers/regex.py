@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from envs.base import Task, normalize
-from envs.scorers import Scorer, Verdict
+from envs.scorers import Scorer, Verdict, require_text
 
 _FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "a": re.ASCII}
 _SHOWN = 200
@@ -46,10 +46,7 @@ class Regex(Scorer):
         self.last = last
 
     def check_reference(self, task: Task) -> None:
-        for form in (task.answer, *task.aliases):
-            if not normalize(form):
-                raise ValueError(f"task {task.task_id}: reference {form!r} is empty once case and "
-                                 "punctuation are folded")
+        require_text(task)
 
     def score(self, reply: str, task: Task) -> Verdict:
         try:

@@ -32,7 +32,7 @@ import os
 import secrets
 import struct
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from harness.errors import one_line
@@ -286,16 +286,11 @@ async def _stream(request: Any, answer: dict[str, Any], body: dict[str, Any]) ->
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    async for event in _events(stream_chunks(answer, include_usage)):
-        await response.write(event)
-    await response.write_eof()
+    # The whole answer is there already: every event in one write.
+    events = "".join(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+                     for chunk in stream_chunks(answer, include_usage))
+    await response.write_eof(f"{events}data: [DONE]\n\n".encode())
     return response
-
-
-async def _events(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
-    yield b"data: [DONE]\n\n"
 
 
 class _Refusal(Exception):
