@@ -70,6 +70,11 @@ class Agent(agent_api.Agent):
                                       table=context.run_id, **memory) if memory is not None else None)
         self.stream_position = 0
 
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        """Episodic memory (`variant.memory`) recalls by similarity, with any variant."""
+        return options.get("memory") is not None
+
     def gated_edits(self) -> tuple[GateKind, ...]:
         """The kinds of self-edit this agent puts to the gate with variant.gate=sealed."""
         return ("lesson",) if self.memory is not None and self.memory.mode == "lessons" else ()

@@ -152,6 +152,11 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
 
 
 class CheatsheetAgent(Agent):
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        """DC-RS retrieves its past tasks by similarity; DC-Cu keeps one cheatsheet."""
+        return options.get("mode") == "retrieval_synthesis" or super().uses_embedder(options)
+
     def __init__(self, context: AgentContext, mode: Mode = "cumulative", max_words: int = 400,
                  top_k: int = 3, capacity: int = 200, accept_untagged: bool = True,
                  curate_max_tokens: int = 768, curate_prompt: str | None = None,

@@ -134,6 +134,11 @@ class Environment:
 class ExternalAgent(Agent):
     """Hosts one outside agent for one agent run (variant=external)."""
 
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        return True  # its endpoint serves /v1/embeddings, which the harness cannot know it will not call
+
+
     def __init__(self, context: AgentContext, entry: str | None = None, command: list[str] | None = None,
                  options: dict[str, Any] | None = None, timeout_s: float = 600.0, **base: Any) -> None:
         super().__init__(context, **base)

@@ -115,6 +115,10 @@ def words(bullets: list[Bullet]) -> int:
 
 
 class PlaybookAgent(Agent):
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        return True  # a bullet's vector finds its near-duplicates
+
     def __init__(self, context: AgentContext, reflect_prompt: str | None = None,
                  curate_prompt: str | None = None, merge_similarity: float = 0.9, max_words: int = 300,
                  fallback_add: bool = True, **kwargs: Any) -> None:

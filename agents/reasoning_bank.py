@@ -207,6 +207,11 @@ class StrategyMemory(EpisodicMemory):
 class ReasoningBankAgent(Agent):
     """Distils judged attempts into titled strategies, recalls them for similar tasks (module doc)."""
 
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        return True  # strategies are recalled by similarity
+
+
     def __init__(self, context: AgentContext, memory: dict[str, Any] | None = None, max_items: int = 3,
                  distill_max_tokens: int = 320, fallback_item: bool = True, matts: Scaling = "none",
                  matts_k: int = 3, matts_temperature: float = 0.7, success_prompt: str | None = None,

@@ -58,6 +58,10 @@ class Skill(BaseModel):
 
 
 class SkillsAgent(Agent):
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        return True  # skills are retrieved by similarity
+
     def __init__(self, context: AgentContext, max_skills: int = 8, top_k: int = 2,
                  min_similarity: float = 0.0,
                  propose_on: Literal["failure", "always"] = "failure", successes_kept: int = 3,

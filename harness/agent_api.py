@@ -370,3 +370,11 @@ class Agent(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """The run is over: release what the agent holds (an outside agent's process)."""
+
+    @classmethod
+    def uses_embedder(cls, options: dict[str, Any]) -> bool:
+        """Whether an agent of this class built with `options` (its variant's) calls `embed`. The
+        embedder is served only to runs whose agent says so (the local MiniLM costs a process, torch
+        and seconds of start-up); a run whose agent said no gets an error naming this method if it
+        embeds all the same."""
+        return False

@@ -20,6 +20,7 @@ from harness.config import (
     CacheSettings,
     Component,
     ConfigError,
+    EndpointSettings,
     HarnessConfig,
     endpoint_key,
 )
@@ -61,6 +62,9 @@ class AgentRunSpec(BaseModel):
     litellm's model map says, read on the worker (the driver need not import litellm: seconds)."""
     embedder: str
     embedder_endpoint: str
+    embeds: bool = True
+    """The variant's agent embeds (harness.agent_api.Agent.uses_embedder); else the run has no
+    embedder, and the pool serves none for it."""
     budget: BudgetSettings
     cache: CacheSettings
     """The job's response-cache settings (each call carries its run's own to the gateway)."""
@@ -164,6 +168,22 @@ def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwa
     if not isinstance(component, expected):
         raise ConfigError(f"invalid config: {field}._target_: {cfg['_target_']} is not a {expected.__name__}")
     return component
+
+
+def uses_embedder(variant: Component) -> bool:
+    """Whether the variant's agent calls the embedder (harness.agent_api.Agent.uses_embedder). A
+    target that does not import says yes: building the agent reports it, in one line."""
+    try:
+        agent = get_class(variant.target)
+    except Exception:
+        return True
+    declared = getattr(agent, "uses_embedder", None)
+    return bool(declared(variant.kwargs())) if callable(declared) else True
+
+
+def models_in_use(settings: HarnessConfig) -> list[EndpointSettings]:
+    """The models a job's runs call: its model, and its embedder where its variant embeds."""
+    return [settings.model, *([settings.embedder] if uses_embedder(settings.variant) else [])]
 
 
 def build_environment(env_cfg: dict[str, Any]) -> Environment:
@@ -290,6 +310,7 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     variant_cfg = settings.variant.instantiable()
     start_from = variant_cfg.pop("start_from", None)
     ordered = env_keeps_order(settings.env)
+    embeds = uses_embedder(settings.variant)
     for seed in settings.seeds:
         task_set = sample_tasks(pool, wanted, seed, ordered)
         for order_seed, repeat in itertools.product(stream.order_seeds or [seed], range(stream.repeats)):
@@ -310,7 +331,8 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 model_endpoint=endpoint_key(settings.model), model_params=settings.model.requested_params,
                 function_calling=settings.model.function_calling,
                 embedder=settings.embedder.name, embedder_endpoint=endpoint_key(settings.embedder),
-                budget=settings.budget, cache=settings.cache, workdir=str(run_dir), settings=behaviour,
+                embeds=embeds, budget=settings.budget, cache=settings.cache, workdir=str(run_dir),
+                settings=behaviour,
                 transcripts=settings.output.transcripts, secret_env=settings.output.secret_env,
                 snapshot_every=stream.snapshot_every,
                 snapshot_of=source[0] if source else None, snapshot_position=source[1] if source else None,

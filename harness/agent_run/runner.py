@@ -162,8 +162,9 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
 
         function_calling = supports_function_calling(spec.model)
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
-                           embedder=spec.embedder, model_endpoint=spec.model_endpoint,
-                           embedder_endpoint=spec.embedder_endpoint, budget=spec.budget, cache=spec.cache,
+                           embedder=spec.embedder if spec.embeds else None,
+                           model_endpoint=spec.model_endpoint, embedder_endpoint=spec.embedder_endpoint,
+                           budget=spec.budget, cache=spec.cache,
                            transcripts=spec.transcripts, function_calling=function_calling,
                            refused_params=spec.refused_params, mark_cache=spec.mark_cache,
                            cache_scope=f"repeat-{spec.repeat}" if spec.repeat else "")

@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from tqdm import tqdm
 
-from harness.agent_run.plan import AgentRunSpec, expected_episodes
+from harness.agent_run.plan import AgentRunSpec, expected_episodes, models_in_use
 from harness.agent_run.runner import RunOutcome
 from harness.clock import utc_now
 from harness.config import HarnessConfig
@@ -74,7 +74,7 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, s
     labels = job_labels(pool.limits_name, identity.number, specs)
     ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels))
     pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, run_dir, identity))
-    models = [settings.model, settings.embedder]
+    models = models_in_use(settings)
     assignments = pool.assign(specs)
     refs = [pool.workers[index].run.remote(writer.key, batch, models, session.answer_key)
             for index, batch in assignments]

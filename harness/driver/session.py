@@ -21,7 +21,7 @@ import ray
 from hydra.core.hydra_config import HydraConfig
 
 from harness import HARNESS_ENV
-from harness.agent_run.plan import AgentRunSpec
+from harness.agent_run.plan import AgentRunSpec, models_in_use
 from harness.config import ConfigError, HarnessConfig, RaySettings
 from harness.driver import signals
 from harness.driver.pool import AgentPool, start_pool
@@ -53,7 +53,7 @@ def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_di
                   if settings.model.is_scripted else None)
     if pool is None:
         name = f"harness {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        pool = start_pool(settings.ray, [settings.model, settings.embedder], run_dir, stack, name, len(specs))
+        pool = start_pool(settings.ray, models_in_use(settings), run_dir, stack, name, len(specs))
         return JobSession(pool, pool.servers, answer_key, resume_hint, run_dir)
     limits = ray.get_actor(pool.limits_name)
     if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):

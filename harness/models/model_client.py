@@ -169,7 +169,8 @@ class AgentModelClient:
     async def embedding(self, texts: list[str]) -> CallResult:
         """`embed` with its record (the run's endpoint reports the call's usage)."""
         if self.embedder is None:
-            raise RuntimeError("this run has no embedder configured")
+            raise RuntimeError("this run has no embedder: its agent class's uses_embedder() said it "
+                               "does not embed (harness/agent_api.py); make it say so for these options")
         request = CallRequest(kind="embed", model=self.embedder, endpoint=self.embedder_endpoint, texts=texts,
                               cache_scope=self.cache_scope,
                               purpose="embed", run_id=self.run_id, episode_id=self.episode_id,

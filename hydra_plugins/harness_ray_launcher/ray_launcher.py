@@ -207,6 +207,7 @@ class RayLauncher(Launcher):
         """Ray and the pool's workers start with the first valid job's settings, and import
         litellm while the other jobs' configs are composed; then the models of all jobs are
         served, and the jobs run."""
+        from harness.agent_run.plan import models_in_use
         from harness.config import EndpointSettings, HarnessConfig
         from harness.driver.metrics import metrics_endpoint
         from harness.driver.pool import serve_models, start_workers
@@ -232,7 +233,7 @@ class RayLauncher(Launcher):
                      + (f"; metrics {metrics}" if metrics else ""))
             models: dict[str, EndpointSettings] = {}
             for settings in (settings for _, settings in composed if settings is not None):
-                for model in (settings.model, settings.embedder):
+                for model in models_in_use(settings):  # no embedder for a sweep that never embeds
                     models.setdefault(model.name, model)
             serve_models(pool, list(models.values()), sweep_dir, stack)
             configs = [config for config, _ in composed]

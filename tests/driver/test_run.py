@@ -197,3 +197,16 @@ def test_the_local_embedder_is_loaded_once_per_node_for_all_the_pools_workers(ra
     assert calls.height >= 6 and calls["error"].is_null().all()
     assert (calls["prompt_tokens"] > 0).all()
     assert calls["model"].unique().to_list() == ["local/all-MiniLM-L6-v2"]
+
+
+def test_a_job_whose_variant_never_embeds_starts_no_embedder(ray_session, tmp_path):
+    """The default embedder is the local MiniLM; a baseline job must not pay its process and torch."""
+    from ray._private import state
+
+    settings = scripted_settings("variant=baseline", "embedder=minilm", "stream.num_tasks=2")
+    before = {a["ActorID"] for a in state.actors().values() if a["ActorClassName"] == "MiniLMService"}
+    result = run(settings, tmp_path)
+    started = [a for a in state.actors().values()
+               if a["ActorClassName"] == "MiniLMService" and a["ActorID"] not in before]
+    assert started == []
+    assert result.manifest.status == "finished"
