@@ -109,8 +109,10 @@ def replayed_run(overrides: list[str], finished: int) -> tuple[Path, list[dict[s
 def ray_session() -> Iterator[None]:
     import ray
 
+    from harness.driver.session import start_local_ray
+
     # address="local": never join a Ray that another run (or `ray start`) left on the machine
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="warning")
+    start_local_ray(num_cpus=2, include_dashboard=False, logging_level="warning")
     yield
     ray.shutdown()
 

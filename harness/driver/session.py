@@ -91,6 +91,27 @@ def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool =
     return f"the episodes written so far are kept; resume with: {again}"
 
 
+def start_local_ray(**options: Any) -> Any:
+    """`ray.init(address="local", **options)`, its node's dashboard agent on a port the OS picks.
+    Ray gives every node's agent the fixed port 52365: a second Ray on the machine (another run,
+    a test's) finds it taken, and its raylet waits while the agent retries the port for seconds
+    (4 of 10 s of ray.init measured here) before it gives up serving HTTP at all."""
+    from ray._private import parameter
+
+    fixed = parameter.RayParams
+
+    class RayParams(fixed):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("dashboard_agent_listen_port", 0)  # 0: Ray picks a free one
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = RayParams
+    try:
+        return ray.init(address="local", **options)
+    finally:
+        parameter.RayParams = fixed
+
+
 _started: tuple[str | None, str | None] | None = None
 """The address and dashboard of the Ray that `ray_session` started in this process, while it runs
 (a session nested in it reports the same)."""
@@ -111,8 +132,8 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
             # The local Ray's processes inherit this one's environment (harness/__init__.py sets
             # HARNESS_ENV in it). A runtime_env would keep the actors off the worker processes Ray
             # starts ahead with ray.init (they have none): each would start a process of its own.
-            context = ray.init(address="local", include_dashboard=settings.include_dashboard,
-                               dashboard_host="127.0.0.1", **options)
+            context = start_local_ray(include_dashboard=settings.include_dashboard,
+                                      dashboard_host="127.0.0.1", **options)
             joined = "started a local Ray for this run"
         else:
             context = ray.init(address=settings.address, runtime_env={"env_vars": dict(HARNESS_ENV)},

@@ -1,0 +1,34 @@
+"""A Ray this harness starts shares the machine with others (another run, the suite's own): its node
+must not fight them for Ray's fixed ports."""
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+
+def test_a_second_ray_on_the_machine_gets_a_dashboard_agent_of_its_own():
+    """Ray's default agent port (52365) taken by someone else: the agent of the Ray that
+    `start_local_ray` starts still serves, on a port of its own (with the default it retries for
+    seconds, then serves none: port -1)."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("0.0.0.0", 52365))
+        holder.listen()
+    except OSError:
+        pass  # taken already: by another Ray on this machine, which is the case under test
+    try:
+        script = textwrap.dedent("""
+            import ray
+            from harness.driver.session import start_local_ray
+            start_local_ray(num_cpus=1, include_dashboard=False, logging_level="warning")
+            print("agent port", ray._private.worker.global_worker.node.dashboard_agent_listen_port)
+            ray.shutdown()
+        """)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    finally:
+        holder.close()
+    assert done.returncode == 0, done.stderr[-2000:]
+    port = int(done.stdout.split("agent port", 1)[1].split()[0])
+    assert port > 0 and port != 52365
