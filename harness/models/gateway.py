@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 import random
 import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import litellm
@@ -32,6 +34,9 @@ from harness.config import (
 )
 from harness.errors import one_line
 from harness.models.cache import CachedAnswer, ResponseCache, cacheable, request_key
+from harness.models.direct import PROVIDER as DIRECT_PROVIDER
+from harness.models.direct import DirectChat
+from harness.models.direct import as_json as _as_json
 from harness.models.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.models.limits import Limits, LocalLimits
 from harness.models.model_client import CallRequest, CallResult, GatewayUnavailable
@@ -138,10 +143,12 @@ def check_model_name(name: str, field: str = "model.name") -> None:
 class Gateway:
     def __init__(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
                  answer_key: dict[str, str] | None = None, cache: CacheSettings | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, direct: bool = True) -> None:
         """`local_servers` maps a model name to the api_base of the server the harness started;
         `limits` are the models' concurrency, rate and back-off, shared with the other replicas
-        (harness.models.limits); by default this gateway's own."""
+        (harness.models.limits); by default this gateway's own. `direct`: send chat calls to
+        OpenAI-compatible servers on the lean path (harness/models/direct.py), else all through
+        litellm (the same rows either way)."""
         self.endpoints: dict[str, EndpointSettings] = {}
         """Every model served, with its settings, by endpoint key (harness.config.endpoint_key)."""
         self._first_key: dict[str, str] = {}
@@ -155,6 +162,9 @@ class Gateway:
         """Requests sent to providers (retries included); cached answers send none."""
         self._routes: dict[str, str] = {}
         """The litellm model string of each endpoint."""
+        self.direct = DirectChat() if direct else None
+        self._unpriced: set[str] = set()
+        """Models of direct replies that litellm's price map does not know (asked once each)."""
         self.in_process = {name: make() for name, make in IN_PROCESS.items()}
         litellm.custom_provider_map = [
             *[p for p in litellm.custom_provider_map if p["provider"] not in self.in_process],
@@ -282,9 +292,20 @@ class Gateway:
             "timeout": settings.timeout_s, "num_retries": 0}
         if request.kind == "embed":
             return litellm.aembedding(input=request.texts, **endpoint, **request.params)
+        api_key = endpoint["api_key"] or os.environ.get("OPENAI_API_KEY")
+        if (self.direct is not None and endpoint["api_base"] and api_key
+                and self.takes_direct(endpoint["model"], request)):
+            return self.direct.complete(endpoint["model"], endpoint["api_base"], api_key, settings.timeout_s,
+                                        request.messages, request.params)
         if _in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
             endpoint["metadata"] = {"purpose": request.purpose}
         return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
+
+    @staticmethod
+    def takes_direct(route: str, request: CallRequest) -> bool:
+        """Whether the call goes on the lean path (harness/models/direct.py), given a server."""
+        return (request.kind == "chat" and not _in_process(route)
+                and DirectChat.takes(route, request.messages, request.params))
 
     async def _send_with_retries(self, key: str, settings: EndpointSettings, request: CallRequest
                                  ) -> tuple[Any, int, str | None, float]:
@@ -308,17 +329,31 @@ class Gateway:
             except Exception as error:  # a bad request or a provider bug is not retried
                 return None, retries, one_line(error), paced_s
 
-    @staticmethod
-    def _cost(settings: EndpointSettings, response: Any, answer: CachedAnswer) -> float | None:
+    def _cost(self, settings: EndpointSettings, response: Any, answer: CachedAnswer) -> float | None:
         """Each kind of token at its own price: the config's, else litellm's map (its cost function
         knows cache-read, cache-write and tiered prices)."""
         price = _price(settings)
         if price is not None:
             return price.cost(answer.prompt_tokens, answer.completion_tokens, answer.cache_read_tokens or 0,
                               answer.cache_write_tokens or 0)
+        if isinstance(response, SimpleNamespace):  # a direct reply (harness/models/direct.py)
+            return self._direct_cost(response)
         try:
             return float(litellm.completion_cost(completion_response=response))
         except Exception:  # no price known for this model: unknown, never silently zero
+            return None
+
+    def _direct_cost(self, response: SimpleNamespace) -> float | None:
+        """What litellm's cost function makes of the same reply (priced by the model it names)."""
+        model = str(getattr(response, "model", ""))
+        if model in self._unpriced:
+            return None
+        try:
+            reply = litellm.ModelResponse(**_as_json(response))
+            return float(litellm.completion_cost(completion_response=reply,
+                                                 custom_llm_provider=DIRECT_PROVIDER))
+        except Exception:
+            self._unpriced.add(model)
             return None
 
 

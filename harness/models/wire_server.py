@@ -50,6 +50,9 @@ them in `thoughtsTokenCount` (not in `candidatesTokenCount`; `totalTokenCount` a
 `includeThoughts`. Anthropic thinks only when asked (`thinking: {type: enabled, budget_tokens: N}`):
 a `thinking` block of `min(reasoning_tokens, N)` tokens, counted in `output_tokens`.
 
+Injected, for OpenAI: `failures` (statuses the next requests get, in turn, as OpenAI error bodies)
+and `tool_call` (a request offering `tools` is answered with this call instead of text).
+
 Refusals, as the real APIs answer (status and error body in the provider's format): a missing key
 (401; Gemini 403); an OpenAI reasoning model given `temperature` other than 1 or `max_tokens` (400;
 it wants `max_completion_tokens`), a non-reasoning one given `reasoning_effort` (400); an Anthropic
@@ -184,6 +187,10 @@ class WireServer(LocalHttpServer):
         self._prompts: dict[tuple[str, str], list[list[str]]] = {}  # OpenAI and Gemini: prompts seen
         self._prefixes: dict[str, set[str]] = {}  # Anthropic: cached prefixes per model
         self._ids = itertools.count(1)
+        self.failures: list[int] = []
+        """Statuses the next OpenAI requests are answered with, in turn (an OpenAI error body)."""
+        self.tool_call: tuple[str, str] | None = None
+        """(name, arguments) an OpenAI request that offers `tools` is answered with, as a tool call."""
 
     @property
     def openai_base(self) -> str:
@@ -233,15 +240,26 @@ class WireServer(LocalHttpServer):
         if not reasoning and "reasoning_effort" in body:
             return _openai_error(400, "Unsupported parameter: 'reasoning_effort' is not supported with this "
                                  "model.", "reasoning_effort", "unsupported_parameter")
+        if self.failures:
+            status = self.failures.pop(0)
+            kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, "server_error")
+            return _openai_error(status, f"Injected failure ({status}).", None, kind)
         prompt = _openai_prompt(body)
         cached = self._prefix_cached("openai", model, prompt)
         reasoning_tokens = self.reasoning_tokens if reasoning else 0
-        completion = len(tokens(self.answer)) + reasoning_tokens
+        called = self.tool_call if body.get("tools") else None
+        message: dict[str, Any] = {"role": "assistant", "content": self.answer, "refusal": None}
+        if called is not None:
+            message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
+                {"id": f"call_{next(self._ids)}", "type": "function",
+                 "function": {"name": called[0], "arguments": called[1]}}]}
+        said = self.answer if called is None else called[0] + called[1]
+        completion = len(tokens(said)) + reasoning_tokens
         return _json_response({
             "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                         "message": {"role": "assistant", "content": self.answer, "refusal": None}}],
+            "choices": [{"index": 0, "finish_reason": "stop" if called is None else "tool_calls",
+                         "logprobs": None, "message": message}],
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion,
                       "total_tokens": len(prompt) + completion,
                       "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
