@@ -8,7 +8,7 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from harness.driver import signals
+from harness.driver import signals, startup
 from harness.driver.job import Job
 from harness.driver.signals import stop_reason
 
@@ -17,6 +17,7 @@ from harness.driver.signals import stop_reason
 def main(cfg: DictConfig) -> Job | None:
     started = time.perf_counter()
     job = Job.of_hydra_job(cfg)
+    startup.mark("composed")
     if job.in_sweep:
         return job  # the Ray sweep launcher runs it beside the sweep's other jobs, on their one pool
     try:

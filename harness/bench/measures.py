@@ -24,7 +24,9 @@
    against the model-bound ideal, time to the first call, peak memory, CPU per call.
 Prints one table per measurement and the ratios; `--quick` runs smaller sizes. `python -m harness.bench
 endpoint` measures the run's OpenAI-compatible endpoint alone (harness/bench/endpoint.py): an outside
-agent's call through it against a native call, in CPU per call.
+agent's call through it against a native call, in CPU per call. `python -m harness.bench versus`
+runs the harness and inspect_ai against the same local HTTP model at 1, 64 and 256 concurrent agent
+runs (harness/bench/versus.py): CPU per call and time to the first call, side by side.
 """
 
 from __future__ import annotations
@@ -754,11 +756,13 @@ def sweeps(quick: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
-    from harness.bench import endpoint
+    from harness.bench import endpoint, versus
 
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == ["endpoint"]:
         return endpoint.main(given[1:])
+    if given[:1] == ["versus"]:
+        return versus.main(given[1:])
     import ray
 
     import harness  # noqa: F401  (environment for Ray workers)
@@ -766,7 +770,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=" ".join(
         __doc__.split("\n\n")[0].split()),  # the docstring's first paragraph: a whole sentence
         epilog="python -m harness.bench endpoint: the run's endpoint alone, an outside agent's call against"
-        " a native call (its --help says more).")
+        " a native call; python -m harness.bench versus: the harness and inspect_ai against the same HTTP"
+        " model (each --help says more).")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--skip-local-model", action="store_true", help="leave out section 5, which "
                         "starts the real local model (SmolLM2 on llama-cpp-python)")

@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harness.agent_run.plan import AgentRunSpec
 from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
-from harness.driver import signals
+from harness.driver import signals, startup
 from harness.driver.actors import AgentWorker, WriterHub
 from harness.driver.preflight import CheckedParams
 from harness.errors import root_cause
@@ -90,6 +90,7 @@ def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_di
     pool = start_workers(settings, stack, name, agent_runs)
     serve_models(pool, models, log_dir, stack)
     ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
+    startup.mark("pool")
     return pool
 
 

@@ -24,6 +24,7 @@ import polars as pl
 from harness.agent_run.plan import AgentRunSpec, build_plan
 from harness.agent_run.runner import RunOutcome
 from harness.config import HarnessConfig
+from harness.driver import startup
 from harness.driver.execute import JobIdentity, execute
 from harness.driver.lock import exclusive
 from harness.driver.manifest import record_outcomes, recorded, start_manifest
@@ -78,11 +79,13 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
             print(f"Ray dashboard: {dashboard}", flush=True)
         session = start_job_session(settings, specs, run_dir, stack, hint, pool)
         checked = session.pool.check_models(settings)
+        startup.mark("checked")
         _say_once(checked.notes)
         specs = [s.model_copy(update={"model_params": checked.params, "refused_params": checked.refused,
                                       "mark_cache": checked.mark_cache}) for s in specs]
         manifest = start_manifest(settings, specs, resumes, resolved_config)
         manifest.ray_address, manifest.dashboard_url = address, dashboard
+        manifest.startup_s = startup.seconds()
         manifest.model_params = specs[0].model_params if specs else None
         with recorded(manifest, run_dir, hint):
             executed = execute(settings, specs, run_dir, session, identity)

@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from harness import HARNESS_ENV
 from harness.agent_run.plan import AgentRunSpec, models_in_use
 from harness.config import ConfigError, HarnessConfig, RaySettings
-from harness.driver import signals
+from harness.driver import signals, startup
 from harness.driver.pool import AgentPool, start_pool
 from harness.errors import RunAborted, one_line
 from harness.models.model_server import LocalModelServer
@@ -144,6 +144,7 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
         raise RunAborted(f"could not {where} ({one_line(error, 300)}); nothing was run") from None
     ours = settings.address is None or settings.address == "local"
     signals.install()  # ray.init put Ray's own SIGTERM handler in the place of ours
+    startup.mark("ray")
     forget = signals.started_ray(signals.ray_processes() if ours else [])
     try:
         gcs = context.address_info.get("gcs_address")

@@ -738,6 +738,9 @@ class Manifest(BaseModel):
     """Rows written per table."""
     env_setup_s: dict[str, list[float]] = {}
     """Seconds each worker spent building each environment (games, generators), apart from episodes."""
+    startup_s: dict[str, float] = {}
+    """Seconds from the command's start to each stage of its start-up (harness/driver/startup.py):
+    composed, ray, pool, checked. Its first model call is the earliest llm_calls.started_at."""
     config: dict[str, Any]
     """The resolved Hydra config of the job."""
 

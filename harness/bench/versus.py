@@ -1,0 +1,141 @@
+"""`python -m harness.bench versus`: the harness and inspect_ai against the same local HTTP model.
+
+Both run as the user would run them, as whole commands in process sessions of their own (every
+process they start is measured: a local Ray's too), against one `FakeChatServer`
+(harness/bench/sweep.py) that answers every chat request after a fixed latency:
+
+- the harness: `python -m harness variant=baseline seeds=[0..N-1] stream.num_tasks=C` (N agent runs
+  of C tasks, one model call each), on `model=litellm model.name=openai/fake model.api_base=...`,
+  no response cache, the hashing embedder;
+- inspect_ai: `inspect eval` of a task of N samples whose solver calls `generate` C times, each on
+  a fresh one-message conversation, `--max-samples N --max-connections <cap>` against
+  `openai/fake` at the same base URL (`-M responses_api=false`: the server speaks chat completions).
+
+For N = 1, 64 and 256 each row gives the wall seconds, the seconds from the command to the first
+request the server saw, and the CPU seconds (user + system) of all the command's processes per
+call the server received, then the harness's figures over inspect_ai's. inspect_ai is an optional
+extra: without it the section says how to install it and measures the harness alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from harness.bench.sweep import MODEL, Measured, ServerProcess, _model_overrides, measure, table
+
+INSTALL = "pip install inspect-ai  (or: pip install -e '.[inspect]')"
+
+INSPECT_TASK = textwrap.dedent('''
+    """N samples, each calling the model C times on a fresh conversation (harness.bench.versus)."""
+
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ChatMessageUser
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import Generate, TaskState, solver
+
+
+    @solver
+    def ask_again(calls: int):
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            for _ in range(calls):
+                state.messages = [ChatMessageUser(content=state.input_text)]
+                state = await generate(state)
+            return state
+
+        return solve
+
+
+    @task
+    def versus(runs: int = 1, calls: int = 50) -> Task:
+        samples = [Sample(input=f"What is the capital of country number {i}?", target="Paris")
+                   for i in range(runs)]
+        return Task(dataset=samples, solver=ask_again(calls), scorer=includes())
+''')
+
+
+def inspect_available() -> bool:
+    return importlib.util.find_spec("inspect_ai") is not None and shutil.which("inspect") is not None
+
+
+def harness_argv(server: ServerProcess, runs: int, calls: int, cap: int, out: Path) -> list[str]:
+    return [sys.executable, "-m", "harness", *_model_overrides(server, calls, cap),
+            f"seeds=[{','.join(str(seed) for seed in range(runs))}]", f"hydra.run.dir={out}"]
+
+
+def inspect_argv(server: ServerProcess, runs: int, calls: int, cap: int, task_file: Path,
+                 out: Path) -> list[str]:
+    return ["inspect", "eval", f"{task_file}@versus", "--model", MODEL, "--model-base-url", server.api_base,
+            "-M", "responses_api=false", "-T", f"runs={runs}", "-T", f"calls={calls}",
+            "--max-samples", str(runs), "--max-connections", str(cap), "--log-dir", str(out),
+            "--display", "none", "--no-log-realtime"]
+
+
+def _row(tool: str, runs: int, calls: int, measured: Measured) -> dict[str, Any]:
+    ok = measured.returncode == 0 and not measured.stopped
+    return {"tool": tool, "runs": runs, "calls": measured.requests, "expected": runs * calls,
+            "wall_s": measured.wall_s, "first_call_s": measured.first_call_s,
+            "cpu_ms_per_call": 1000 * measured.cpu_s / measured.requests if measured.requests else None,
+            "load": measured.load, "ok": "yes" if ok else (measured.stopped or f"exit {measured.returncode}")}
+
+
+def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap: int = 256,
+                   timeout_s: float = 1800, keep: Path | None = None) -> list[dict[str, Any]]:
+    """A harness row and an inspect_ai row for each number of concurrent agent runs, then their
+    ratios; the commands' output stays in the work directory (`keep`, or a temporary one)."""
+    with_inspect = inspect_available()
+    if not with_inspect:
+        print(f"inspect_ai is not installed: measuring the harness alone ({INSTALL})", flush=True)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="harness-versus-") as scratch, ServerProcess(latency_s) as server:
+        work = keep or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        task_file = work / "versus_task.py"
+        task_file.write_text(INSPECT_TASK)
+        for n in runs:
+            print(f"harness: {n} agent runs x {calls} calls ...", flush=True)
+            ours = measure(harness_argv(server, n, calls, cap, work / f"harness-{n}"), server,
+                           work / f"harness-{n}.log", timeout_s)
+            rows.append(_row("harness", n, calls, ours))
+            if not with_inspect:
+                continue
+            print(f"inspect_ai: {n} samples x {calls} calls ...", flush=True)
+            theirs = measure(inspect_argv(server, n, calls, cap, task_file, work / f"inspect-{n}"), server,
+                             work / f"inspect-{n}.log", timeout_s)
+            rows.append(_row("inspect_ai", n, calls, theirs))
+            rows.append(_ratio(n, rows[-2], rows[-1]))
+    return rows
+
+
+def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    def over(key: str) -> float | None:
+        a, b = ours.get(key), theirs.get(key)
+        return a / b if a is not None and b else None
+
+    return {"tool": "harness / inspect_ai", "runs": runs, "calls": None, "expected": None,
+            "wall_s": over("wall_s"), "first_call_s": over("first_call_s"),
+            "cpu_ms_per_call": over("cpu_ms_per_call"), "load": None, "ok": ""}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m harness.bench versus",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
+                        help="concurrent agent runs (inspect_ai samples), one row each")
+    parser.add_argument("--calls", type=int, default=50, help="model calls per agent run")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds the model takes per call")
+    parser.add_argument("--max-concurrency", type=int, default=256,
+                        help="calls in flight at most, for both tools")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per command")
+    parser.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
+    args = parser.parse_args(argv)
+    rows = versus_section(args.runs, args.calls, args.latency, args.max_concurrency, args.timeout, args.keep)
+    print(table(rows))

@@ -1,0 +1,29 @@
+"""How long a command took to get going, stage by stage (`manifest.json`'s `startup_s`).
+
+Each stage is marked once per process, when it is first reached (a sweep's jobs share its Ray and
+its pool), and reported in seconds from the creation of the command's process, so the Python
+interpreter's own start and the imports are counted too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+STAGES = ("composed", "ray", "pool", "checked")
+"""The config composed and validated; Ray started or joined; the agent pool ready (its workers'
+imports paid, its local servers answering); the models checked (harness/driver/preflight.py)."""
+
+_marks: dict[str, float] = {}
+
+
+def mark(stage: str) -> None:
+    """`stage` is reached now, unless it was already in this process."""
+    _marks.setdefault(stage, time.time())
+
+
+def seconds() -> dict[str, float]:
+    """Each stage reached so far: seconds from the process's creation, in the order of STAGES."""
+    origin = psutil.Process().create_time()
+    return {stage: round(_marks[stage] - origin, 3) for stage in STAGES if stage in _marks}
