@@ -295,13 +295,14 @@ class Measured:
 
 
 def measure(argv: list[str], server: ServerProcess, log_path: Path, timeout_s: float = 3600,
-            used_limit: int | None = None) -> Measured:
-    """Run `argv` in a session of its own, sampled by a `SessionMeter`, and read what the server saw."""
+            used_limit: int | None = None, env: dict[str, str] | None = None) -> Measured:
+    """Run `argv` in a session of its own (with `env` added to this environment), sampled by a
+    `SessionMeter`, and read what the server saw."""
     server.reset()
     started = time.time()
     with log_path.open("w") as log:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, env={**os.environ, **(env or {})})
         stopped = ""
         with SessionMeter(process.pid, used_limit=used_limit) as meter:
             try:

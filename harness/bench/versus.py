@@ -107,7 +107,8 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
                 continue
             print(f"inspect_ai: {n} samples x {calls} calls ...", flush=True)
             theirs = measure(inspect_argv(server, n, calls, cap, task_file, work / f"inspect-{n}"), server,
-                             work / f"inspect-{n}.log", timeout_s)
+                             work / f"inspect-{n}.log", timeout_s,
+                             env={"OPENAI_API_KEY": "no-key-needed"})  # its OpenAI client insists on one
             rows.append(_row("inspect_ai", n, calls, theirs))
             rows.append(_ratio(n, rows[-2], rows[-1]))
     return rows

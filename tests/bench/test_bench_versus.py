@@ -1,0 +1,30 @@
+"""The versus bench runs both tools' real commands against one HTTP model and says so per row;
+without inspect_ai it says how to install it and measures the harness alone."""
+
+import pytest
+
+from harness.bench import versus
+from harness.bench.sweep import ServerProcess
+
+
+def test_without_inspect_ai_the_harness_is_measured_alone_and_the_install_is_named(monkeypatch, capsys,
+                                                                                    tmp_path):
+    monkeypatch.setattr(versus, "inspect_available", lambda: False)
+    rows = versus.versus_section([2], calls=2, latency_s=0.05, keep=tmp_path)
+    assert "pip install inspect-ai" in capsys.readouterr().out
+    [row] = rows
+    assert row["tool"] == "harness" and row["ok"] == "yes"
+    assert row["calls"] == row["expected"] == 4  # every call reached the server
+    assert 0 < row["first_call_s"] < row["wall_s"] and row["cpu_ms_per_call"] > 0
+
+
+@pytest.mark.skipif(not versus.inspect_available(),
+                    reason="inspect_ai is not installed (pip install -e '.[inspect]')")
+def test_inspect_ai_reaches_the_same_model_with_the_same_calls(tmp_path):
+    task_file = tmp_path / "versus_task.py"
+    task_file.write_text(versus.INSPECT_TASK)
+    with ServerProcess(0.05) as server:
+        measured = versus.measure(versus.inspect_argv(server, 2, 3, 8, task_file, tmp_path / "logs"), server,
+                                  tmp_path / "inspect.log", 600, env={"OPENAI_API_KEY": "no-key-needed"})
+    assert measured.returncode == 0, measured.output
+    assert measured.requests == 6 and measured.first_call_s is not None
