@@ -87,6 +87,13 @@ class ReplyScorer(Protocol):
     def score(self, reply: str, task: Task) -> Verdict: ...
 
 
+class Asker(Protocol):
+    """What a scorer that asks a model (envs/scorers/judge.py) asks it through: the run's model
+    client (harness.agent_api.ModelClient), so that every such call has its row."""
+
+    async def complete(self, messages: list[dict[str, Any]], purpose: str = "act", **params: Any) -> Any: ...
+
+
 class StepResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -126,6 +133,10 @@ class EnvEpisode(abc.ABC):
     def call_tool(self, call: ToolCall) -> ToolResult:
         """Run one tool call; a malformed one comes back as a result with its error kind."""
         raise NotImplementedError(f"episode of task {self._task.task_id} offers no tools")
+
+    async def settle(self, llm: Asker) -> None:  # noqa: B027 - optional hook
+        """Finish scoring where the scorer asks a model (the `judge` scorer), before `score`; the
+        harness calls it once the episode is done."""
 
     @abc.abstractmethod
     def score(self) -> Score:
@@ -182,6 +193,8 @@ class SingleTurnEpisode(EnvEpisode):
         self._score = 0.0
         self._success: bool | None = None
         self._reason: str | None = None
+        self._unjudged: str | None = None
+        """The reply, until a scorer that asks a model has scored it (`settle`)."""
 
     @property
     def observation(self) -> str:
@@ -197,17 +210,28 @@ class SingleTurnEpisode(EnvEpisode):
     def step(self, action: str) -> StepResult:
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
-        if self.scorer is not None:
-            verdict = self.scorer.score(action, self._task)
-            self._response, self._score = verdict.response, verdict.score
-            self._success, self._reason = verdict.success, verdict.reason
+        if self.scorer is not None and getattr(self.scorer, "asks_model", False):
+            self._unjudged = action  # scored by `settle`, which may call a model
+        elif self.scorer is not None:
+            self._take(self.scorer.score(action, self._task))
         else:
             self._response = self.extract(action)
             self._score = self.grade(self._response)
         self.done = True
         return StepResult(observation="", reward=self._score, done=True)
 
+    def _take(self, verdict: Verdict) -> None:
+        self._response, self._score = verdict.response, verdict.score
+        self._success, self._reason = verdict.success, verdict.reason
+
+    async def settle(self, llm: Asker) -> None:
+        if self._unjudged is not None:
+            reply, self._unjudged = self._unjudged, None
+            self._take(await self.scorer.judge(reply, self._task, llm))  # type: ignore[union-attr]
+
     def score(self) -> Score:
+        if self._unjudged is not None:
+            raise RuntimeError(f"episode of task {self._task.task_id} is scored by a model: settle it first")
         # Without a scorer, success means full marks; partial credit is reported in `score`.
         success = self._success if self._success is not None else self._score >= 1.0
         return Score(success=success, score=self._score, response=self._response, reason=self._reason)

@@ -96,9 +96,11 @@ def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None 
         _refuse(f"variant.gate=sealed: {type(agent).__name__} makes no self-edit the gate can audit (of the "
                 "native agents' lessons, those of variant.memory with mode lessons)")
     if options.gate == "sealed" and env is not None and not spec.frozen:
-        def probe(episode: EnvEpisode, messages: list[dict[str, Any]]) -> Any:
+        async def probe(episode: EnvEpisode, messages: list[dict[str, Any]]) -> Any:
             # The probes act through the agent's own loop, billed as validate, recorded as no step.
-            return agent.act(episode, messages, purpose="validate", record=False)
+            attempt = await agent.act(episode, messages, purpose="validate", record=False)
+            await episode.settle(llm)  # a judge-scored env's probe is judged too
+            return attempt
 
         guard.gate = SealedGate(spec.tuning_tasks, env, probe, recorder, size=options.probe_size,
                                 regression_budget=options.regression_budget, accept_ties=options.accept_ties,

@@ -87,6 +87,7 @@ class EnvTrial(Trial):
         self._episodes: list[EnvEpisode] = []
 
     async def assess(self, episode: EnvEpisode, attempt: Attempt, reflection: str | None) -> AttemptResult:
+        await episode.settle(self.llm)
         truth = episode.score()
         judge_score = None
         if self.judge is not None:
@@ -125,6 +126,7 @@ class EnvTuningSet(TuningSet):
             try:
                 answer = (await self.llm.complete(messages, purpose="optimize")).text
                 episode.step(answer)
+                await episode.settle(self.llm)
                 score = episode.score()
                 return TuningAttempt(task=TaskView.of(task), answer=answer, success=score.success,
                                      score=score.score)
