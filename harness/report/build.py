@@ -366,6 +366,26 @@ def extra_sections(episodes: pl.DataFrame) -> list[Section]:
     return sections
 
 
+def family_section(episodes: pl.DataFrame) -> Section | None:
+    """Success per task family (a dataset's subjects, an interleaved stream's sources), where the
+    stream has more than one: a mean over all families can hide a variant that helps on one and
+    hurts on another."""
+    stream = episodes.filter(~pl.col("probe") & pl.col("attempted"))
+    if "family" not in stream.columns or stream["family"].n_unique() < 2:
+        return None
+    keys = [*group_keys(stream, REPORT_GROUPS), "family"]
+    table = stream.group_by(keys).agg(pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
+                                      pl.col("success").mean().alias("success_rate")).sort(keys)
+    intervals = [bootstrap_ci(stream.filter(pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys]))
+                              ["success"].cast(pl.Float64).to_numpy())
+                 for row in table.iter_rows(named=True)]
+    table = table.with_columns(success_rate_low=pl.Series([low for low, _ in intervals]),
+                               success_rate_high=pl.Series([high for _, high in intervals]))
+    return Section("By family", "Success rate per task family with a 95% bootstrap CI (BCa) over its "
+                   "evaluated episodes; families are as the environment names them (`episodes.family`).",
+                   with_interval(table, ["success_rate"]))
+
+
 def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | None:
     """Each group's tokens by purpose, as shares of all its tokens: what self-improvement costs."""
     if calls.is_empty():
@@ -495,7 +515,7 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
             "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
             "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", views,
             figure="snapshot_views"))
-    mechanisms = (purpose_section(learning, calls), edits_section(runs, learning),
+    mechanisms = (family_section(learning), purpose_section(learning, calls), edits_section(runs, learning),
                   prompt_search_section(runs, learning), safety_section(learning))
     sections += [s for s in mechanisms if s is not None]
     sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]

@@ -83,3 +83,15 @@ def test_the_prompt_search_of_opro_and_gepa_is_summed_per_group(report):
     for row in table.values():
         assert abs(float(row["selected_score"]) - float(row["start_score"]) - float(row["gain"])) < 1e-3
         assert float(row["gain"]) >= 0  # the selected prompt is the best scored, the start among them
+
+
+def test_success_is_shown_per_family_where_a_stream_has_several(report):
+    header, _, *rows = section(report, "By family")
+    table = [dict(zip(header, row, strict=True)) for row in rows]
+    memory = [row for row in table if row["variant"] == "memory"]
+    assert {row["family"] for row in memory} == {"harmful", "benign"}  # env=safety, interleaved
+    assert sum(int(row["episodes"]) for row in memory) == 8
+    for row in table:  # a rate with its interval: "0.500 [0.000, 1.000]"
+        rate, low, high = (float(x) for x in row["success_rate"].replace("[", "").replace("]", "")
+                           .replace(",", "").split())
+        assert 0 <= low <= rate <= high <= 1
