@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.driver.startup import STAGES
 from harness.models.local_http import LocalHttpServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -361,6 +362,8 @@ class Results:
     window_s: float | None
     errors: int = 0
     per_run: dict[str, int] = field(default_factory=dict)
+    startup_s: dict[str, float] = field(default_factory=dict)
+    """Each stage of the command's start-up (manifest.json's startup_s), the earliest over its jobs."""
 
 
 def read_results(directory: Path, model: str = MODEL) -> Results:
@@ -379,7 +382,16 @@ def read_results(directory: Path, model: str = MODEL) -> Results:
     errors = calls.filter(pl.col("error").is_not_null()).height if calls.height else 0
     return Results(jobs=len(dirs), runs=len(per_run), calls=calls.height,
                    chain=max(per_run.values(), default=0), episodes=episodes.height, window_s=window,
-                   errors=errors, per_run=per_run)
+                   errors=errors, per_run=per_run, startup_s=_startup(dirs))
+
+
+def _startup(dirs: list[Path]) -> dict[str, float]:
+    stages: dict[str, float] = {}
+    for directory in dirs:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            for stage, seconds in json.loads((directory / "manifest.json").read_text())["startup_s"].items():
+                stages[stage] = min(seconds, stages.get(stage, seconds))
+    return stages
 
 
 def ideal_s(results: Results, latency_s: float, max_concurrency: int) -> float:
@@ -417,6 +429,7 @@ def _row(kind: str, n: int, measured: Measured, results: Results, latency_s: flo
             "server requests": measured.requests, "peak in flight": measured.peak_in_flight,
             "wall s": measured.wall_s, "ideal s": ideal, "wall/ideal %": percent(measured.wall_s),
             "run window s": results.window_s, "window/ideal %": percent(results.window_s),
+            **{f"{stage} s": results.startup_s.get(stage) for stage in STAGES},
             "first call s": measured.first_call_s, "peak RSS GiB": measured.peak_rss / GIB,
             "used +GiB": measured.used_rise / GIB,
             "CPU ms/call": 1000 * measured.cpu_s / results.calls if results.calls else None,
@@ -435,7 +448,8 @@ def sweep_section(jobs: list[int], tasks: int = 50, latency_s: float = 0.2, max_
 
     Columns: wall s (the command, start to exit); ideal s (`ideal_s`: max(longest chain of calls in
     one agent run, calls / max_concurrency) x latency, from the llm_calls tables); wall/ideal %;
-    run window s (first episode start to last episode end, all jobs) and window/ideal %; first
+    run window s (first episode start to last episode end, all jobs) and window/ideal %; composed,
+    ray, pool and checked s (the start-up, stage by stage: manifest.json's startup_s); first
     call s (command start to the first request the server logged); peak RSS GiB (the command's
     process session, summed, sampled every 0.2 s) and used +GiB (peak rise of the machine's used
     memory, which counts shared memory once but also whatever else the machine runs); CPU ms/call
@@ -551,7 +565,9 @@ def main(argv: list[str] | None = None) -> None:
             if row["status"] != "ok":
                 print(f"\n{row['what']} {row['n']}: {row['status']} (logs: {directory})")
     print("\n(ideal: max(most calls in one agent run, calls / max concurrency) x latency; window: first"
-          " episode start to last end;\n first call: command start to the server's first request;"
+          " episode start to last end;\n composed, ray, pool, checked: seconds from the command's start"
+          " to each stage of its start-up (manifest.json's startup_s;\n a sweep marks no pool stage: its"
+          " jobs' checks wait for the workers); first call: command start to the server's first request;"
           " peak RSS: the command's process session;\n used +GiB: peak rise of the machine's used memory;"
           " CPU: user + system of the session / model calls;\n machine load: mean 1-minute load average"
           f" during the command, on {os.cpu_count()} cores)")

@@ -3,6 +3,7 @@ a sweep's tables and its commands as it says (the sweeps themselves are for the 
 
 import asyncio
 import datetime as dt
+import json
 import sys
 import time
 from pathlib import Path
@@ -96,8 +97,12 @@ def test_a_sweeps_tables_give_its_calls_longest_chain_window_and_ideal(tmp_path)
                  "started_at": start + dt.timedelta(seconds=i + job),
                  "finished_at": start + dt.timedelta(seconds=i + job + 1)} for i in range(calls)])
     (tmp_path / "multirun.yaml").write_text("")
+    stages_of_jobs = [{"composed": 2.0, "ray": 9.0, "checked": 14.0}, {"composed": 2.5, "ray": 9.0}]
+    for job, stages in enumerate(stages_of_jobs):
+        (tmp_path / str(job) / "manifest.json").write_text(json.dumps({"startup_s": stages}))
     results = read_results(tmp_path)
     assert (results.jobs, results.runs, results.calls, results.chain, results.episodes) == (2, 2, 8, 5, 8)
+    assert results.startup_s == {"composed": 2.0, "ray": 9.0, "checked": 14.0}  # each stage's earliest
     assert results.window_s == 6.0  # job 1's last episode ends 6 s after job 0's first starts
     assert ideal_s(results, 0.2, max_concurrency=256) == pytest.approx(1.0)  # the chain bounds
     assert ideal_s(results, 0.2, max_concurrency=1) == pytest.approx(1.6)  # the cap bounds
