@@ -209,6 +209,7 @@ class RayLauncher(Launcher):
         served, and the jobs run."""
         from harness.agent_run.plan import models_in_use
         from harness.config import EndpointSettings, HarnessConfig
+        from harness.driver import startup
         from harness.driver.metrics import metrics_endpoint
         from harness.driver.pool import serve_models, start_workers
         from harness.driver.session import ray_session
@@ -223,6 +224,7 @@ class RayLauncher(Launcher):
         if first is None:  # no job can run: say why, as a single run would
             HarnessConfig.from_dictconfig(composed[0][0])
         assert first is not None
+        startup.mark("composed")  # the first job's config: Ray starts with its settings
         with contextlib.ExitStack() as stack:
             address, dashboard = stack.enter_context(ray_session(first.ray))
             pool = start_workers(first.ray, stack, limits_name, agent_runs=len(job_overrides))
