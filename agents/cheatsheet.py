@@ -20,7 +20,7 @@ curator replies between <cheatsheet> tags; a reply without them is taken whole (
 so that a model too small for the format still writes one, or ignored (DC's own rule).
 
 Code: a ```python block in the cheatsheet that defines `tool(question) -> str` is a solver. With
-`run_code` it runs in the sandbox (agents/sandbox/, as tool_learning's tools do) on each task's
+`run_code` it runs in the sandbox (harness/sandbox/, as tool_learning's tools do) on each task's
 question, at most MAX_SOLVERS of them, and what it returns is shown before the question ("a solver
 in your cheatsheet returned ..."); every run is a `tool_events` row (used or failed).
 
@@ -43,7 +43,6 @@ from pydantic import BaseModel
 
 from agents.base import Agent, require_placeholders
 from agents.memory_store import cosine
-from agents.sandbox import Sandbox
 from agents.tool_learning import check_tool_code
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import (
@@ -55,6 +54,7 @@ from harness.agent_api import (
     Opening,
     PlaybookEventRow,
     Render,
+    Sandbox,
     ToolEventRow,
     Trial,
 )

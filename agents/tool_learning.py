@@ -2,7 +2,7 @@
 
 After a task it failed (or any task, with `generate_on=always`), the agent asks the model (purpose
 toolgen) for a function `tool(question: str) -> str`. The code must parse, define `tool` with one
-argument, and run to a result on that question inside the sandbox (agents/sandbox/); only then is
+argument, and run to a result on that question inside the sandbox (harness/sandbox/); only then is
 it registered, for this agent run alone, as the tool of that family. On later tasks of the family
 the tool runs in the sandbox first; its result becomes a hint just before the question
 (`tool_use=hint`) or the submitted answer (`tool_use=answer`). In an environment with tools of its
@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict
 
 from agents.acting import OwnTool
 from agents.baseline import BaselineAgent
-from agents.sandbox import Sandbox
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall, ToolResult
 from harness.agent_api import (
@@ -37,6 +36,7 @@ from harness.agent_api import (
     LearntState,
     Opening,
     Render,
+    Sandbox,
     ToolEventRow,
     Trial,
 )

@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall
 from harness.errors import one_line as one_line  # re-exported: agents' one-line errors
+from harness.sandbox import Sandbox as Sandbox  # re-exported: where agents run code the model wrote
+from harness.sandbox import SandboxResult as SandboxResult
+from harness.sandbox import kernel_isolation_problem as kernel_isolation_problem
 from harness.tables.records import EditKind, GateKind, Purpose, Record, Usage
 
 # The rows agents write, re-exported: agents import this module and no other of the harness.

@@ -753,19 +753,8 @@ def sweeps(quick: bool) -> None:
           " machine load: mean 1-minute load average during the command)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    import sys
-
-    from harness.bench import endpoint, versus
-
-    given = sys.argv[1:] if argv is None else argv
-    if given[:1] == ["endpoint"]:
-        return endpoint.main(given[1:])
-    if given[:1] == ["versus"]:
-        return versus.main(given[1:])
-    import ray
-
-    import harness  # noqa: F401  (environment for Ray workers)
+def _parser() -> argparse.ArgumentParser:
+    from harness.bench import endpoint
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=" ".join(
         __doc__.split("\n\n")[0].split()),  # the docstring's first paragraph: a whole sentence
@@ -777,7 +766,23 @@ def main(argv: list[str] | None = None) -> None:
                         "starts the real local model (SmolLM2 on llama-cpp-python)")
     usage = (p.format_usage().removeprefix("usage: ").strip() for p in (parser, endpoint.parser()))
     parser.usage = "\n       ".join(usage)  # both forms, so that either's flags are known
-    args = parser.parse_args(given)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    from harness.bench import endpoint, versus
+
+    given = sys.argv[1:] if argv is None else argv
+    sections = {"endpoint": endpoint.main, "versus": versus.main}
+    if given[:1] and given[0] in sections:
+        return sections[given[0]](given[1:])
+    import ray
+
+    import harness  # noqa: F401  (environment for Ray workers)
+
+    args = _parser().parse_args(given)
     latency = 0.2
     concurrencies = [1, 8] if args.quick else [1, 8, 64, 256]
     ray.init(include_dashboard=False, logging_level="warning")

@@ -11,8 +11,8 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from agents.memory_store import EpisodicMemory
-from agents.sandbox import Sandbox
 from harness.agent_run.assembly import HARNESS_OPTIONS, HarnessOptions
+from harness.sandbox import Sandbox
 from tests.conftest import CONF_DIR, compose_config
 
 VARIANT_DIR = CONF_DIR / "variant"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agents.cheatsheet import bounded, parse_cheatsheet, solvers
-from agents.sandbox import kernel_isolation_problem
 from harness.agent_run.plan import build_plan
+from harness.sandbox import kernel_isolation_problem
 from harness.tables.records import PlaybookEventRow, RunRow, ToolEventRow
 from harness.tables.writer import TableWriter
 from tests.conftest import CONF_DIR, replayed_run, run_variant, scripted_settings

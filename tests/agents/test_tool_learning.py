@@ -4,13 +4,13 @@ import asyncio
 
 import pytest
 
-import agents.sandbox
-from agents.sandbox import kernel_isolation_problem
+import harness.sandbox
 from agents.tool_learning import ToolLearningAgent, check_tool_code, extract_code
 from envs.base import Task, TaskView
 from envs.countries import CountryFacts
 from harness.agent_api import AgentContext, AttemptResult, Completion, Feedback
 from harness.agent_run.runner import EnvTrial
+from harness.sandbox import kernel_isolation_problem
 from harness.tables.records import Usage
 from tests.conftest import run_variant, taken_rows
 
@@ -97,7 +97,7 @@ def test_no_tool_is_written_after_a_success_by_default():
 
 
 def test_without_kernel_isolation_the_agent_is_not_built_unless_weak_is_asked_for(monkeypatch):
-    monkeypatch.setattr(agents.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
+    monkeypatch.setattr(harness.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
     with pytest.raises(ValueError, match=r"variant\.sandbox\.weak=true"):
         ToolLearningAgent(AgentContext(llm=FakeModel({})))
     agent = ToolLearningAgent(AgentContext(llm=FakeModel({"toolgen": GOOD_TOOL})), sandbox={"weak": True})

@@ -1,6 +1,6 @@
 """What runs inside the sandbox, never in the harness's own processes.
 
-`agents.sandbox` ships this file's text to `python -I -S -c` followed by a call of one entry point
+`harness.sandbox` ships this file's text to `python -I -S -c` followed by a call of one entry point
 (`_inside_stage1` for kernel isolation, `_inside_weak` for the weak mode): it may use only the
 standard library and its own definitions, and is never imported by the harness.
 """

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents.sandbox import Sandbox, kernel_isolation_problem
+from harness.sandbox import Sandbox, kernel_isolation_problem
 
 pytestmark = pytest.mark.skipif(kernel_isolation_problem() is not None,
                                 reason=f"no kernel isolation here: {kernel_isolation_problem()}")
@@ -390,7 +390,7 @@ def test_the_wall_clock_ends_every_process():
 
 
 def test_the_sandbox_dies_with_its_caller():
-    program = ("import agents.sandbox as s\ns.kernel_isolation_problem = lambda: None  # no probe run\n"
+    program = ("import harness.sandbox as s\ns.kernel_isolation_problem = lambda: None  # no probe run\n"
                "s.Sandbox(wall_s=60).run('import time\\ndef tool(q):\\n    time.sleep(60)', 'q')")
     caller = subprocess.Popen([sys.executable, "-c", program])
     deadline = time.monotonic() + 10

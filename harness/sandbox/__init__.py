@@ -58,7 +58,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.agent_api import one_line, safe_text
+from harness.errors import one_line
+from harness.text import safe_text
 
 WEAK_OPT_IN = "variant.sandbox.weak=true"
 TOOL_UIDS = range(1 << 30, (1 << 30) + (1 << 24))

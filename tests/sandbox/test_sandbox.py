@@ -5,8 +5,8 @@ isolation stops (hostile code that switches the audit hook off)."""
 
 import pytest
 
-import agents.sandbox
-from agents.sandbox import Sandbox, kernel_isolation_problem
+import harness.sandbox
+from harness.sandbox import Sandbox, kernel_isolation_problem
 
 NO_KERNEL_ISOLATION = kernel_isolation_problem()
 
@@ -20,7 +20,7 @@ def sandbox(request):
 
 @pytest.fixture
 def no_namespaces(monkeypatch):
-    monkeypatch.setattr(agents.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
+    monkeypatch.setattr(harness.sandbox, "kernel_isolation_problem", lambda: "no namespaces (test)")
 
 
 def test_without_kernel_isolation_the_weak_sandbox_must_be_asked_for(no_namespaces):
