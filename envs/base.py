@@ -87,11 +87,15 @@ class ReplyScorer(Protocol):
     def score(self, reply: str, task: Task) -> Verdict: ...
 
 
-class Asker(Protocol):
-    """What a scorer that asks a model (envs/scorers/judge.py) asks it through: the run's model
-    client (harness.agent_api.ModelClient), so that every such call has its row."""
+class Checks(Protocol):
+    """What the harness lends a scorer that settles its verdict after the step: the run's model
+    (`complete`, as harness.agent_api.ModelClient: every such call has its row; envs/scorers/judge.py)
+    and the sandbox (`run_python`: a program run where it reaches nothing of ours, its last line
+    "passed" or "failed: <why>"; envs/scorers/code.py)."""
 
     async def complete(self, messages: list[dict[str, Any]], purpose: str = "act", **params: Any) -> Any: ...
+
+    async def run_python(self, program: str, wall_s: float, memory_mb: int, weak: bool) -> str: ...
 
 
 class StepResult(BaseModel):
@@ -134,9 +138,9 @@ class EnvEpisode(abc.ABC):
         """Run one tool call; a malformed one comes back as a result with its error kind."""
         raise NotImplementedError(f"episode of task {self._task.task_id} offers no tools")
 
-    async def settle(self, llm: Asker) -> None:  # noqa: B027 - optional hook
-        """Finish scoring where the scorer asks a model (the `judge` scorer), before `score`; the
-        harness calls it once the episode is done."""
+    async def settle(self, checks: Checks) -> None:  # noqa: B027 - optional hook
+        """Finish scoring where the scorer settles after the step (it asks a model or runs code),
+        before `score`; the harness calls it once the episode is done."""
 
     @abc.abstractmethod
     def score(self) -> Score:
@@ -194,7 +198,7 @@ class SingleTurnEpisode(EnvEpisode):
         self._success: bool | None = None
         self._reason: str | None = None
         self._unjudged: str | None = None
-        """The reply, until a scorer that asks a model has scored it (`settle`)."""
+        """The reply, until a scorer that settles after the step has scored it (`settle`)."""
 
     @property
     def observation(self) -> str:
@@ -210,8 +214,8 @@ class SingleTurnEpisode(EnvEpisode):
     def step(self, action: str) -> StepResult:
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
-        if self.scorer is not None and getattr(self.scorer, "asks_model", False):
-            self._unjudged = action  # scored by `settle`, which may call a model
+        if self.scorer is not None and getattr(self.scorer, "settles", False):
+            self._unjudged = action  # scored by `settle`: a model asked, or code run
         elif self.scorer is not None:
             self._take(self.scorer.score(action, self._task))
         else:
@@ -224,14 +228,15 @@ class SingleTurnEpisode(EnvEpisode):
         self._response, self._score = verdict.response, verdict.score
         self._success, self._reason = verdict.success, verdict.reason
 
-    async def settle(self, llm: Asker) -> None:
+    async def settle(self, checks: Checks) -> None:
         if self._unjudged is not None:
             reply, self._unjudged = self._unjudged, None
-            self._take(await self.scorer.judge(reply, self._task, llm))  # type: ignore[union-attr]
+            self._take(await self.scorer.settle(reply, self._task, checks))  # type: ignore[union-attr]
 
     def score(self) -> Score:
         if self._unjudged is not None:
-            raise RuntimeError(f"episode of task {self._task.task_id} is scored by a model: settle it first")
+            raise RuntimeError(f"episode of task {self._task.task_id} is scored after its step: settle it "
+                               "first")
         # Without a scorer, success means full marks; partial credit is reported in `score`.
         success = self._success if self._success is not None else self._score >= 1.0
         return Score(success=success, score=self._score, response=self._response, reason=self._reason)

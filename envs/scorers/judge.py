@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from envs.base import Asker, Task, Verdict
+from envs.base import Checks, Task, Verdict
 from envs.scorers import Scorer
 
 RUBRIC = ("The reply is correct if its final answer means the same as the reference answer (or one of "
@@ -46,7 +46,7 @@ PLACEHOLDERS = ("{question}", "{reference}", "{reply}", "{rubric}")
 
 class JudgeScorer(Scorer):
     name = "judge"
-    asks_model: ClassVar[bool] = True
+    settles: ClassVar[bool] = True
 
     def __init__(self, rubric: str = RUBRIC, prompt: str = PROMPT, partial: bool = True,
                  max_tokens: int = 512) -> None:
@@ -60,11 +60,11 @@ class JudgeScorer(Scorer):
     def score(self, reply: str, task: Task) -> Verdict:
         raise TypeError("the judge scorer asks a model: the episode scores through `settle`")
 
-    async def judge(self, reply: str, task: Task, llm: Asker) -> Verdict:
+    async def settle(self, reply: str, task: Task, checks: Checks) -> Verdict:
         reference = " | ".join([task.answer, *task.aliases])
         content = self.prompt.format(question=task.question, reference=reference, reply=reply,
                                      rubric=self.rubric)
-        said = (await llm.complete([{"role": "user", "content": content}], purpose="judge",
+        said = (await checks.complete([{"role": "user", "content": content}], purpose="judge",
                                    max_tokens=self.max_tokens)).text
         grades = GRADE.findall(said)
         answer = reply.strip() or None

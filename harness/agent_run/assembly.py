@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.base import EnvEpisode, Environment
 from harness.agent_api import Agent, AgentContext, Guard, ModelClient, ModelEndpoint, Recorder
+from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.gate import SealedGate
 from harness.agent_run.judge import Judge
 from harness.agent_run.plan import AgentRunSpec, instantiate_component
@@ -99,7 +100,7 @@ def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None 
         async def probe(episode: EnvEpisode, messages: list[dict[str, Any]]) -> Any:
             # The probes act through the agent's own loop, billed as validate, recorded as no step.
             attempt = await agent.act(episode, messages, purpose="validate", record=False)
-            await episode.settle(llm)  # a judge-scored env's probe is judged too
+            await episode.settle(EpisodeChecks(llm))  # a probe is scored as a stream task is
             return attempt
 
         guard.gate = SealedGate(spec.tuning_tasks, env, probe, recorder, size=options.probe_size,

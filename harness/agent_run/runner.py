@@ -31,6 +31,7 @@ from harness.agent_api import (
     TuningSet,
 )
 from harness.agent_run.assembly import build_agent, build_judge, split_options
+from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.endpoint import RunEndpoint
 from harness.agent_run.judge import Judge
 from harness.agent_run.plan import AgentRunSpec, episode_id, probe_points
@@ -87,7 +88,7 @@ class EnvTrial(Trial):
         self._episodes: list[EnvEpisode] = []
 
     async def assess(self, episode: EnvEpisode, attempt: Attempt, reflection: str | None) -> AttemptResult:
-        await episode.settle(self.llm)
+        await episode.settle(EpisodeChecks(self.llm))
         truth = episode.score()
         judge_score = None
         if self.judge is not None:
@@ -126,7 +127,7 @@ class EnvTuningSet(TuningSet):
             try:
                 answer = (await self.llm.complete(messages, purpose="optimize")).text
                 episode.step(answer)
-                await episode.settle(self.llm)
+                await episode.settle(EpisodeChecks(self.llm))
                 score = episode.score()
                 return TuningAttempt(task=TaskView.of(task), answer=answer, success=score.success,
                                      score=score.score)

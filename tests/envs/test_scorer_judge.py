@@ -65,7 +65,7 @@ def test_without_partial_credit_a_partly_correct_reply_scores_nothing():
 def test_an_unjudged_episode_cannot_be_read_and_a_prompt_without_its_placeholders_is_refused():
     episode = SingleTurnEpisode(TASK, scorer("judge"))
     episode.step("Lima")
-    with pytest.raises(RuntimeError, match="settle it first"):
+    with pytest.raises(RuntimeError, match="settle it"):
         episode.score()
     with pytest.raises(ValueError, match=r"scorer judge: prompt must contain \{reference\}"):
         scorer({"name": "judge", "prompt": "{question} {reply} {rubric}"})

@@ -1,0 +1,67 @@
+"""The `code` scorer: the reply's program, then the task's tests, run as one script in the sandbox;
+it passes when the script ends without an exception."""
+
+import asyncio
+import json
+
+import pytest
+
+from envs.base import SingleTurnEpisode, Task
+from envs.scorers import scorer
+from envs.scorers.code import program_of
+from harness.agent_run.checks import EpisodeChecks
+from harness.sandbox import kernel_isolation_problem
+from tests.conftest import run_variant
+
+pytestmark = pytest.mark.skipif(kernel_isolation_problem() is not None,
+                                reason=f"no kernel sandbox here: {kernel_isolation_problem()}")
+ADD = Task(task_id="add", family="code", question="Write add(a, b).",
+           answer="assert add(2, 3) == 5\nassert add(-1, 1) == 0")
+
+
+def scored(reply: str, **options):
+    episode = SingleTurnEpisode(ADD, scorer({"name": "code", "timeout": 3, **options}))
+    episode.step(reply)
+    asyncio.run(episode.settle(EpisodeChecks(llm=None)))  # type: ignore[arg-type]
+    return episode.score()
+
+
+@pytest.mark.parametrize(("reply", "success", "reason"), [
+    ("Here it is:\n```python\ndef add(a, b):\n    return a + b\n```\nDone.", True, "passed the tests"),
+    ("def add(a, b):\n    return a - b", False, "failed the tests: AssertionError"),
+    ("```python\nprint('no add here')\n```", False, "failed the tests: NameError: name 'add' is not defined"),
+    ("I cannot write that.", False, "failed the tests: SyntaxError: invalid syntax (<program>, line 1)"),
+    ("```python\nwhile True:\n    pass\n```", False, "failed the tests: wall-time limit of 3 s exceeded"),
+    ("```python\nimport socket\nsocket.socket()\n```", False,
+     "failed the tests: PermissionError: sandbox: socket.__new__ is not allowed"),
+])
+def test_the_program_passes_when_the_tests_after_it_raise_nothing(reply, success, reason):
+    result = scored(reply)
+    assert (result.success, result.score, result.reason) == (success, float(success), reason)
+
+
+def test_the_program_is_the_last_python_block_else_the_last_fence_else_the_reply():
+    assert program_of("```python\na = 1\n```\ntext\n```py\nb = 2\n```") == "b = 2\n"
+    assert program_of("```\nc = 3\n```") == "c = 3\n"
+    assert program_of("d = 4") == "d = 4"
+
+
+def test_tests_that_are_not_python_are_refused_before_the_run():
+    bad = ADD.model_copy(update={"answer": "assert add(2, 3) =="})
+    with pytest.raises(ValueError, match=r"task add: its tests are not Python \(line 1"):
+        scorer("code").check_reference(bad)
+
+
+def test_a_stream_of_code_tasks_is_scored_by_running_each_reply(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "add", "question": "Write add(a, b).", "answer": "assert add(2, 3) == 5"},
+        {"id": "neg", "question": "Write neg(x).", "answer": "assert neg(4) == -4"}]) + "\n")
+    rules = ('model.scripted.rules=[{purpose:act,contains:"add(a, b)",reply:"def add(a, b): return a + b"},'
+             '{purpose:act,contains:"neg(x)",reply:"def neg(x): return x"}]')
+    run = run_variant("env=jsonl", f"env.path={path}", "env.scorer=code", "stream.num_tasks=2",
+                      "stream.tuning_size=0", rules)
+    by_task = {a["task_id"]: a for a in run.rows["attempts"]}
+    assert (by_task["add"]["success"], by_task["add"]["score_reason"]) == (True, "passed the tests")
+    assert (by_task["neg"]["success"], by_task["neg"]["score_reason"]) == (
+        False, "failed the tests: AssertionError")
