@@ -754,7 +754,7 @@ def sweeps(quick: bool) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.bench import endpoint
+    from harness.bench import endpoint, versus
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=" ".join(
         __doc__.split("\n\n")[0].split()),  # the docstring's first paragraph: a whole sentence
@@ -764,8 +764,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--skip-local-model", action="store_true", help="leave out section 5, which "
                         "starts the real local model (SmolLM2 on llama-cpp-python)")
-    usage = (p.format_usage().removeprefix("usage: ").strip() for p in (parser, endpoint.parser()))
-    parser.usage = "\n       ".join(usage)  # both forms, so that either's flags are known
+    usage = (p.format_usage().removeprefix("usage: ").strip()
+             for p in (parser, endpoint.parser(), versus.parser()))
+    parser.usage = "\n       ".join(usage)  # every form, so that each one's flags are known
     return parser
 
 

@@ -19,6 +19,7 @@ extra: without it the section says how to install it and measures the harness al
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import shutil
 import sys
@@ -124,19 +125,21 @@ def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str,
             "cpu_ms_per_call": over("cpu_ms_per_call"), "load": None, "ok": ""}
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
+def parser() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(prog="python -m harness.bench versus",
+                                      description=__doc__.split("\n")[0])
+    options.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
+                         help="concurrent agent runs (inspect_ai samples), one row each")
+    options.add_argument("--calls", type=int, default=50, help="model calls per agent run")
+    options.add_argument("--latency", type=float, default=0.2, help="seconds the model takes per call")
+    options.add_argument("--max-concurrency", type=int, default=256,
+                         help="calls in flight at most, for both tools")
+    options.add_argument("--timeout", type=float, default=1800, help="seconds per command")
+    options.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
+    return options
 
-    parser = argparse.ArgumentParser(prog="python -m harness.bench versus",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
-                        help="concurrent agent runs (inspect_ai samples), one row each")
-    parser.add_argument("--calls", type=int, default=50, help="model calls per agent run")
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds the model takes per call")
-    parser.add_argument("--max-concurrency", type=int, default=256,
-                        help="calls in flight at most, for both tools")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per command")
-    parser.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     rows = versus_section(args.runs, args.calls, args.latency, args.max_concurrency, args.timeout, args.keep)
     print(table(rows))
