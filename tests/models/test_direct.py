@@ -149,3 +149,11 @@ def test_a_reply_slower_than_the_timeout_is_litellms_timeout_retried_as_it_is():
                  for r in records]
     assert unclocked[1] == unclocked[0]
     assert records[1].retries == 1 and records[1].error.startswith("Timeout")
+
+
+def test_a_parameter_the_model_refuses_is_litellms_error_and_nothing_is_sent():
+    calls = [("openai/gpt-5-mini", ask("Capital of Peru?", "openai/gpt-5-mini", temperature=0.5))]
+    pairs, bodies = both_ways(calls)
+    assert_same(pairs)
+    assert bodies == [[], []]
+    assert pairs[0][1].record.error.startswith("UnsupportedParamsError: litellm.UnsupportedParamsError")
