@@ -11,7 +11,8 @@ process they start is measured: a local Ray's too), against one `FakeChatServer`
   a fresh one-message conversation, `--max-samples N --max-connections <cap>` against
   `openai/fake` at the same base URL (`-M responses_api=false`: the server speaks chat completions).
 
-For N = 1, 64 and 256 each row gives the wall seconds, the seconds from the command to the first
+For N = 1, 64 and 256 each row gives the wall seconds, the harness's start-up stage by stage
+(composed, ray, pool, checked: manifest.json's startup_s), the seconds from the command to the first
 request the server saw, and the CPU seconds (user + system) of all the command's processes per
 call the server received, then the harness's figures over inspect_ai's. inspect_ai is an optional
 extra: without it the section says how to install it and measures the harness alone.
@@ -28,7 +29,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.bench.sweep import MODEL, Measured, ServerProcess, _model_overrides, measure, table
+from harness.bench.sweep import MODEL, Measured, ServerProcess, _model_overrides, measure, read_results, table
+from harness.driver.startup import STAGES
 
 INSTALL = "pip install inspect-ai  (or: pip install -e '.[inspect]')"
 
@@ -78,10 +80,12 @@ def inspect_argv(server: ServerProcess, runs: int, calls: int, cap: int, task_fi
             "--display", "none", "--no-log-realtime"]
 
 
-def _row(tool: str, runs: int, calls: int, measured: Measured) -> dict[str, Any]:
+def _row(tool: str, runs: int, calls: int, measured: Measured,
+         startup_s: dict[str, float] | None = None) -> dict[str, Any]:
     ok = measured.returncode == 0 and not measured.stopped
+    stages = {f"{stage}_s": (startup_s or {}).get(stage) for stage in STAGES}
     return {"tool": tool, "runs": runs, "calls": measured.requests, "expected": runs * calls,
-            "wall_s": measured.wall_s, "first_call_s": measured.first_call_s,
+            "wall_s": measured.wall_s, **stages, "first_call_s": measured.first_call_s,
             "cpu_ms_per_call": 1000 * measured.cpu_s / measured.requests if measured.requests else None,
             "load": measured.load, "ok": "yes" if ok else (measured.stopped or f"exit {measured.returncode}")}
 
@@ -101,9 +105,11 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
         task_file.write_text(INSPECT_TASK)
         for n in runs:
             print(f"harness: {n} agent runs x {calls} calls ...", flush=True)
-            ours = measure(harness_argv(server, n, calls, cap, work / f"harness-{n}"), server,
-                           work / f"harness-{n}.log", timeout_s)
-            rows.append(_row("harness", n, calls, ours))
+            out = work / f"harness-{n}"
+            argv = harness_argv(server, n, calls, cap, out)
+            ours = measure(argv, server, work / f"{out.name}.log", timeout_s)
+            startup = read_results(out).startup_s if out.is_dir() else None
+            rows.append(_row("harness", n, calls, ours, startup))
             if not with_inspect:
                 continue
             print(f"inspect_ai: {n} samples x {calls} calls ...", flush=True)
