@@ -59,6 +59,10 @@ from harness.agent_api import (
     one_line,
 )
 
+STARTUP_S = 120.0
+"""How long an outside agent may take to start (a process printing its ready line, a class built),
+however short `variant.timeout_s` is: its imports alone can take seconds on a busy machine."""
+
 
 class OutsideAgentError(RuntimeError):
     """The outside agent failed on this task (its episode's error)."""
@@ -275,7 +279,7 @@ class ExternalAgent(Agent):
             assert self.command is not None
             self._outside = Process(self.command, self._endpoint.environment(), self.workdir, self.seed,
                                     self.options, self.stderr_log)
-        await self._guarded(self._outside.start(), "start")
+        await self._guarded(self._outside.start(), "start", max(self.timeout_s, STARTUP_S))
         if self.state_dir.exists() and "load" in self._outside.ops:
             await self._guarded(self._outside.load(str(self.state_dir)), "load")
         return self._outside
@@ -284,16 +288,17 @@ class ExternalAgent(Agent):
         shutil.rmtree(self.home, ignore_errors=True)
         self.workdir.mkdir(parents=True)
 
-    async def _guarded(self, call: Any, op: str) -> Any:
-        """The outside call's result; over `timeout_s` or broken, the agent is restarted before its
-        next task; the endpoint's stop (a spent budget, an unusable model) wins over what the
-        outside code made of it."""
+    async def _guarded(self, call: Any, op: str, limit_s: float | None = None) -> Any:
+        """The outside call's result; over `timeout_s` (`limit_s` where given) or broken, the agent
+        is restarted before its next task; the endpoint's stop (a spent budget, an unusable model)
+        wins over what the outside code made of it."""
+        limit_s = self.timeout_s if limit_s is None else limit_s
         try:
-            result = await asyncio.wait_for(call, self.timeout_s)
+            result = await asyncio.wait_for(call, limit_s)
         except TimeoutError:
             await self._restart()
-            raise OutsideAgentRestarted(f"the outside agent's {op} did not return within variant.timeout_s="
-                                        f"{self.timeout_s:g} s") from None
+            bound = ("variant.timeout_s=" if limit_s == self.timeout_s else "") + f"{limit_s:g} s"
+            raise OutsideAgentRestarted(f"the outside agent's {op} did not return within {bound}") from None
         except OutsideAgentRestarted:
             await self._restart()
             self._raise_stop()
@@ -406,7 +411,7 @@ class Process(Outside):
     - any request -> `{"error": "...", "traceback": "..."}` when it failed.
     Closing its stdin asks it to exit."""
 
-    READY_S = 120.0
+    READY_S = STARTUP_S
 
     def __init__(self, command: list[str], environment: dict[str, str], workdir: Path, seed: int,
                  options: dict[str, Any], stderr: Path) -> None:

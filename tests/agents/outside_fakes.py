@@ -25,7 +25,9 @@ def next_task(workdir: str | Path) -> int:
 class Answering:
     """Asks the model, as the baseline does; on task number `fail_on`, `fault` goes wrong."""
 
-    def __init__(self, llm: Any, workdir: str, seed: int, fail_on: int = 0, fault: str = "") -> None:
+    def __init__(self, llm: Any, workdir: str, seed: int, fail_on: int = 0, fault: str = "",
+                 start_s: float = 0.0) -> None:
+        time.sleep(start_s)  # slow imports, on a busy machine
         self.client = OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
         self.model, self.workdir, self.fail_on, self.fault = llm.model, workdir, fail_on, fault
         self.learnt: list[str] = []

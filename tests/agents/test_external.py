@@ -53,6 +53,14 @@ def test_the_baseline_written_as_an_outside_agent_has_the_native_baselines_rows(
     assert 0 < sum(e["success"] for e in outside.rows["episodes"]) < 8
 
 
+def test_a_start_slower_than_the_timeout_of_a_task_is_no_fault():
+    """Building the agent gets at least STARTUP_S (imports can take seconds on a busy machine); its
+    tasks are held to variant.timeout_s."""
+    run = external(f"variant.entry={FAKES}:Answering", "variant.options={start_s:1.5}", "variant.timeout_s=1",
+                   "stream.num_tasks=2")
+    assert errors(run) == [None, None]
+
+
 @pytest.mark.parametrize(("fault", "error"), [
     ("raise", "OutsideAgentError: tests.agents.outside_fakes.Answering.solve raised ValueError: the outside "
               "agent tripped (outside_fakes.py:"),
