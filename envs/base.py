@@ -197,7 +197,7 @@ class SingleTurnEpisode(EnvEpisode):
         self._score = 0.0
         self._success: bool | None = None
         self._reason: str | None = None
-        self._unjudged: str | None = None
+        self._unsettled: str | None = None
         """The reply, until a scorer that settles after the step has scored it (`settle`)."""
 
     @property
@@ -215,7 +215,7 @@ class SingleTurnEpisode(EnvEpisode):
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
         if self.scorer is not None and getattr(self.scorer, "settles", False):
-            self._unjudged = action  # scored by `settle`: a model asked, or code run
+            self._unsettled = action  # scored by `settle`: a model asked, or code run
         elif self.scorer is not None:
             self._take(self.scorer.score(action, self._task))
         else:
@@ -229,12 +229,12 @@ class SingleTurnEpisode(EnvEpisode):
         self._success, self._reason = verdict.success, verdict.reason
 
     async def settle(self, checks: Checks) -> None:
-        if self._unjudged is not None:
-            reply, self._unjudged = self._unjudged, None
+        if self._unsettled is not None:
+            reply, self._unsettled = self._unsettled, None
             self._take(await self.scorer.settle(reply, self._task, checks))  # type: ignore[union-attr]
 
     def score(self) -> Score:
-        if self._unjudged is not None:
+        if self._unsettled is not None:
             raise RuntimeError(f"episode of task {self._task.task_id} is scored after its step: settle it "
                                "first")
         # Without a scorer, success means full marks; partial credit is reported in `score`.

@@ -19,9 +19,9 @@ import importlib
 import pkgutil
 from typing import Any, ClassVar
 
-from envs.base import Task, Verdict, normalize
+from envs.base import Checks, Task, Verdict, normalize
 
-__all__ = ["Scorer", "Verdict", "require_text", "scorer"]
+__all__ = ["Scorer", "SettlingScorer", "Verdict", "require_text", "scorer"]
 
 
 class Scorer(abc.ABC):
@@ -41,6 +41,21 @@ class Scorer(abc.ABC):
 
     def check_reference(self, task: Task) -> None:  # noqa: B027 - optional hook
         """Refuse (ValueError, one line) a task whose reference this scorer cannot read."""
+
+
+class SettlingScorer(Scorer):
+    """A scorer whose verdict needs the harness (a model asked, code run): the episode records the
+    reply at its step and the harness settles it (`EnvEpisode.settle`) with what it lends
+    (`envs.base.Checks`)."""
+
+    settles: ClassVar[bool] = True
+
+    def score(self, reply: str, task: Task) -> Verdict:
+        raise TypeError(f"the {self.name} scorer settles after the step: the episode scores through `settle`")
+
+    @abc.abstractmethod
+    async def settle(self, reply: str, task: Task, checks: Checks) -> Verdict:
+        """The verdict on `reply`, with the run's model or the sandbox (`checks`)."""
 
 
 def require_text(task: Task, why: str = "") -> None:

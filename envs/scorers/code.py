@@ -16,10 +16,9 @@ adversary).
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
 from envs.base import Checks, Task, Verdict
-from envs.scorers import Scorer
+from envs.scorers import SettlingScorer
 
 FENCE = re.compile(r"```([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
@@ -32,18 +31,14 @@ def program_of(reply: str) -> str:
     return chosen[-1] if chosen else reply
 
 
-class CodeScorer(Scorer):
+class CodeScorer(SettlingScorer):
     name = "code"
-    settles: ClassVar[bool] = True
 
     def __init__(self, timeout: float = 10.0, memory_mb: int = 512, weak: bool = False) -> None:
         if timeout <= 0 or memory_mb < 64:
             raise ValueError(f"scorer code: timeout must be > 0 and memory_mb >= 64, got {timeout} and "
                              f"{memory_mb}")
         self.timeout, self.memory_mb, self.weak = timeout, memory_mb, weak
-
-    def score(self, reply: str, task: Task) -> Verdict:
-        raise TypeError("the code scorer runs code: the episode scores through `settle`")
 
     def check_reference(self, task: Task) -> None:
         try:

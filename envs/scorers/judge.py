@@ -16,10 +16,9 @@ reference, however phrased), `prompt` (the whole prompt, with `{question}`, `{re
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
 from envs.base import Checks, Task, Verdict
-from envs.scorers import Scorer
+from envs.scorers import SettlingScorer
 
 RUBRIC = ("The reply is correct if its final answer means the same as the reference answer (or one of "
           "its accepted aliases), however it is phrased; extra explanation is fine, a different or "
@@ -44,9 +43,8 @@ GRADE = re.compile(r"GRADE\s*:\s*\**\s*([CPI])\b", re.IGNORECASE)
 PLACEHOLDERS = ("{question}", "{reference}", "{reply}", "{rubric}")
 
 
-class JudgeScorer(Scorer):
+class JudgeScorer(SettlingScorer):
     name = "judge"
-    settles: ClassVar[bool] = True
 
     def __init__(self, rubric: str = RUBRIC, prompt: str = PROMPT, partial: bool = True,
                  max_tokens: int = 512) -> None:
@@ -56,9 +54,6 @@ class JudgeScorer(Scorer):
         if max_tokens < 1:
             raise ValueError(f"scorer judge: max_tokens must be >= 1, got {max_tokens}")
         self.rubric, self.prompt, self.partial, self.max_tokens = rubric, prompt, partial, max_tokens
-
-    def score(self, reply: str, task: Task) -> Verdict:
-        raise TypeError("the judge scorer asks a model: the episode scores through `settle`")
 
     async def settle(self, reply: str, task: Task, checks: Checks) -> Verdict:
         reference = " | ".join([task.answer, *task.aliases])
