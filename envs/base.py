@@ -180,6 +180,12 @@ class Environment(abc.ABC):
         hold out `stream.tuning_size` tasks of the pool instead."""
         return []
 
+    def task_for_seed(self, task: Task, seed: int) -> Task:
+        """The task as the agent run with this seed is shown it: the same task, unless the env varies
+        it by seed (the dataset env's shuffled options: each seed its own order). The planner asks for
+        every task of every run's stream; the default is the task unchanged."""
+        return task
+
     @abc.abstractmethod
     def reset(self, task: Task) -> EnvEpisode:
         """Start an episode on `task`."""

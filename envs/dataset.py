@@ -106,7 +106,6 @@ class DatasetOptions(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     order_by: str | None = None
     shuffle_choices: bool = False
-    seed: int = 0
     scorer: str | dict[str, Any]
     tuning_split: str | None = None
     tuning_path: list[str] | None = None
@@ -272,7 +271,7 @@ class DatasetTasks(Environment):
     def __init__(self, path: str | list[str] | None = None, subset: str | None = None, split: str = "train",
                  revision: str | None = None, fields: dict[str, Any] | None = None,
                  filter: dict[str, Any] | None = None, limit: int | None = None, order_by: str | None = None,
-                 shuffle_choices: bool = False, seed: int = 0, scorer: str | dict[str, Any] = "exact",
+                 shuffle_choices: bool = False, scorer: str | dict[str, Any] = "exact",
                  tuning_split: str | None = None, tuning_path: str | list[str] | None = None,
                  metadata: list[str] | None = None, db_dir: str | None = None) -> None:
         if not path:
@@ -280,7 +279,7 @@ class DatasetTasks(Environment):
                              "env.path=openai/gsm8k env.subset=main env.split=test")
         self.options = _validated(dict(
             path=path, subset=subset, split=split, revision=revision, fields=fields or {},
-            filter=filter or {}, limit=limit, order_by=order_by, shuffle_choices=shuffle_choices, seed=seed,
+            filter=filter or {}, limit=limit, order_by=order_by, shuffle_choices=shuffle_choices,
             scorer=scorer, tuning_split=tuning_split, tuning_path=tuning_path, metadata=metadata or [],
             db_dir=db_dir))
         self.fields = self.options.fields
@@ -293,6 +292,8 @@ class DatasetTasks(Environment):
             raise ValueError(f"env.db_dir: fields.question names {{{SCHEMA}}}: set env.db_dir to the "
                              "directory of the SQLite databases (<db_dir>/<db_id>/<db_id>.sqlite)")
         self.scorer = make_scorer(self.options.scorer)
+        self._rows: dict[str, tuple[Source, int, dict[str, Any], str]] = {}
+        """Each task's row, where a task is rebuilt for another seed (shuffled options)."""
         self._tasks = self._read(self.options.path, self.options.split)
         self._tuning: list[Task] = []
         if tuning_split or tuning_path:
@@ -304,6 +305,15 @@ class DatasetTasks(Environment):
 
     def tuning_tasks(self) -> list[Task]:
         return self._tuning
+
+    def task_for_seed(self, task: Task, seed: int) -> Task:
+        """With `shuffle_choices`, the options in the order this seed draws for this task (the
+        reference's letter and the recorded shuffle move with them); otherwise the task as read. The
+        pool itself keeps the dataset's order, so the tuning split and the stream's draw are the same
+        for every seed."""
+        if not self.options.shuffle_choices or task.task_id not in self._rows:
+            return task
+        return self._task(*self._rows[task.task_id], seed=seed)
 
     def reset(self, task: Task) -> EnvEpisode:
         return SingleTurnEpisode(task, self.scorer)
@@ -337,6 +347,8 @@ class DatasetTasks(Environment):
             except ValueError as error:
                 raise ValueError(f"{where} (id {task.task_id}): answer: {error}") from None
             tasks.append(task)
+            if self.options.shuffle_choices:
+                self._rows[task.task_id] = (source, index, row, prefix)
         return tasks
 
     def _source(self, path: str, split: str) -> Source:
@@ -388,7 +400,9 @@ class DatasetTasks(Environment):
 
     # ----- one row -----
 
-    def _task(self, source: Source, index: int, row: dict[str, Any], prefix: str) -> Task:
+    def _task(self, source: Source, index: int, row: dict[str, Any], prefix: str,
+              seed: int | None = None) -> Task:
+        """The row as a task: its options in the dataset's order, or shuffled by `seed`."""
         fields = self.fields
         task_id = text(row[fields.id]).strip() if fields.id else str(index)
         if not task_id:
@@ -398,11 +412,11 @@ class DatasetTasks(Environment):
         values = dict(row)
         metadata: dict[str, Any] = {"row": index, **{c: _plain(row[c]) for c in self.options.metadata}}
         if fields.choices is not None:
-            options, reference, order = self._choices(row, reference, task_id)
+            options, reference, order = self._choices(row, reference, task_id, seed)
             values[CHOICES] = lettered(options)
             metadata["choices"] = options
             if order is not None:
-                metadata["shuffle"] = {"seed": self.options.seed, "order": order}
+                metadata["shuffle"] = {"seed": seed, "order": order}
         if self.options.db_dir:
             database = self._database(row)
             metadata["db_path"] = str(database)
@@ -444,10 +458,10 @@ class DatasetTasks(Environment):
             raise RowError("answer", "empty")
         return value, others
 
-    def _choices(self, row: dict[str, Any], reference: Any,
-                 task_id: str) -> tuple[list[str], str, list[int] | None]:
+    def _choices(self, row: dict[str, Any], reference: Any, task_id: str,
+                 seed: int | None) -> tuple[list[str], str, list[int] | None]:
         """The options, the reference's letter and, when shuffled, the original index of each option
-        shown (shuffled by the seed and the task id: the same task always gets the same order)."""
+        shown (shuffled by the seed and the task id: a task gets the same order for the same seed)."""
         column = self.fields.choices
         if isinstance(column, str):
             listed = row[column]
@@ -461,10 +475,10 @@ class DatasetTasks(Environment):
         if "" in options:
             raise RowError("choices", f"option {LETTERS[options.index('')]} is empty")
         index = choice_index(reference, options)
-        if not self.options.shuffle_choices:
+        if seed is None:
             return options, LETTERS[index], None
         order = list(range(len(options)))
-        random.Random(f"{self.options.seed}:{task_id}").shuffle(order)
+        random.Random(f"{seed}:{task_id}").shuffle(order)
         return [options[i] for i in order], LETTERS[order.index(index)], order
 
     def _database(self, row: dict[str, Any]) -> Path:

@@ -139,10 +139,10 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
     import polars as pl
 
     table = read_table(run_dir, SnapshotRow.table)
-    _, _, pool = resolve_defaults(settings)
+    planned = resolve_defaults(settings)[1]
     ood_component = ood_env(settings, ood) if ood and "ood" in views else None
     ood_cfg = env_families(ood_component, settings.stream.scenario).instantiable() if ood_component else None
-    ood_pool = task_pool(ood_cfg, 0)[1] if ood_cfg else []
+    ood_tasks = task_pool(ood_cfg, 0) if ood_cfg else None
     specs = []
     for source in build_plan(settings, run_dir):
         mine = table.filter(pl.col("run_id") == source.run_id)
@@ -156,7 +156,8 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
                                   "such as 10,20") from None
             mine = mine.filter(pl.col("position").is_in(sorted(wanted)))
         own = {t.task_id for t in source.tasks} | {t.task_id for t in source.tuning_tasks}
-        held_out = draw([t for t in pool if t.task_id not in own], count, source.seed)
+        held_out = planned.for_seed(draw([t for t in planned.evaluation if t.task_id not in own], count,
+                                         source.seed), source.seed)
         for snapshot in mine.unique("position").sort("position").iter_rows(named=True):
             position = snapshot["position"]
             for view in views:
@@ -168,8 +169,9 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
                     keep = set(map(id, draw(earlier, count, source.seed)))
                     tasks = [t for t in earlier if id(t) in keep]
                 else:
-                    assert ood_component is not None
-                    tasks = draw([t for t in ood_pool if t.task_id not in own], count, source.seed)
+                    assert ood_component is not None and ood_tasks is not None
+                    tasks = ood_tasks.for_seed(draw([t for t in ood_tasks.evaluation if t.task_id not in own],
+                                                    count, source.seed), source.seed)
                     update = {"env": ood_component.name, "env_cfg": ood_cfg}
                 if not tasks:
                     raise ConfigError(f"invalid --views: {view}: no tasks left for {source.run_id} at "

@@ -6,7 +6,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -249,28 +249,43 @@ def env_keeps_order(env: Component) -> bool:
     return option is not None and env.kwargs().get(option) not in (None, "")
 
 
-def resolve_defaults(settings: HarnessConfig) -> tuple[HarnessConfig, list[Task], list[Task]]:
+class TaskPool(NamedTuple):
+    """An env's tasks as planned, and the env that made them."""
+
+    tuning: list[Task]
+    """The tuning split (the env's own, or held out of its tasks)."""
+    evaluation: list[Task]
+    """The pool every stream samples from."""
+    env: Environment
+
+    def for_seed(self, tasks: list[Task], seed: int) -> list[Task]:
+        """These tasks as the agent run with this seed is shown them (`Environment.task_for_seed`)."""
+        return [safe_task(self.env.task_for_seed(task, seed)) for task in tasks]
+
+
+def resolve_defaults(settings: HarnessConfig) -> tuple[HarnessConfig, TaskPool]:
     """The settings with every null that depends on the env filled (its families, the tuning split's
-    size, the stream's length), with the tuning split and the evaluation pool they give."""
+    size, the stream's length), with the tasks they give."""
     stream = settings.stream
     env = env_families(settings.env, stream.scenario)
-    tuning, pool = task_pool(env.instantiable(), stream.tuning_size)
+    tasks = task_pool(env.instantiable(), stream.tuning_size)
+    pool = tasks.evaluation
     num_tasks = stream.num_tasks if stream.num_tasks is not None else min(DEFAULT_NUM_TASKS, len(pool))
     tuning_size = stream.tuning_size if stream.tuning_size is not None else len(
-        {t.question for t in tuning})
+        {t.question for t in tasks.tuning})
     resolved = stream.model_copy(update={"num_tasks": num_tasks, "tuning_size": tuning_size})
-    return settings.model_copy(update={"env": env, "stream": resolved}), tuning, pool
+    return settings.model_copy(update={"env": env, "stream": resolved}), tasks
 
 
-def task_pool(env_cfg: dict[str, Any], tuning_size: int | None) -> tuple[list[Task], list[Task]]:
+def task_pool(env_cfg: dict[str, Any], tuning_size: int | None) -> TaskPool:
     """The env's tuning split and the evaluation pool every stream samples from."""
     env = build_environment(env_cfg)
     pool = [safe_task(t) for t in env.tasks()]
     tuning = [safe_task(t) for t in env.tuning_tasks()]
     if tuning:
         check_disjoint(tuning, pool)
-        return tuning, pool
-    return split_tuning(pool, tuning_size)
+        return TaskPool(tuning, pool, env)
+    return TaskPool(*split_tuning(pool, tuning_size), env)
 
 
 def safe_task(task: Task) -> Task:
@@ -285,7 +300,8 @@ def safe_task(task: Task) -> Task:
 
 
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
-    settings, tuning, pool = resolve_defaults(settings)
+    settings, tasks = resolve_defaults(settings)
+    tuning, pool = tasks.tuning, tasks.evaluation
     stream = settings.stream
     env_cfg = settings.env.instantiable()
     wanted = stream.num_tasks
@@ -325,8 +341,9 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 repeat=repeat,
                 variant=settings.variant.name, variant_cfg=variant_cfg, seed=seed,
                 env=settings.env.name, env_cfg=env_cfg, scenario=stream.scenario, order_seed=order_seed,
-                tasks=order_tasks(task_set, stream.scenario, order_seed, ordered),
-                probe_every=stream.probe_every, probe_size=stream.probe_size, tuning_tasks=tuning,
+                tasks=tasks.for_seed(order_tasks(task_set, stream.scenario, order_seed, ordered), seed),
+                probe_every=stream.probe_every, probe_size=stream.probe_size,
+                tuning_tasks=tasks.for_seed(tuning, seed),
                 model=settings.model.name,
                 model_endpoint=endpoint_key(settings.model), model_params=settings.model.requested_params,
                 function_calling=settings.model.function_calling,

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,7 @@ from harness.models.model_client import (
 )
 from harness.redact import RedactingSink, Redactor
 from harness.tables.records import AttemptRow, Episode, LLMCall, SnapshotRow, TranscriptRow, Usage
+from harness.text import safe_text
 
 
 class RecordSink(Protocol):
@@ -329,7 +331,7 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         family=task.family, scenario=spec.scenario, order_seed=spec.order_seed, repeat=spec.repeat,
         stream_position=position,
         probe=probe, attempted=True, task_id=task.task_id,
-        question=task.question, reference=task.answer,
+        question=task.question, reference=task.answer, task_metadata=_metadata_json(task),
         response=final.response if final else None, success=final.success if final else False,
         score=final.score if final else 0.0, judge_score=final.judge_score if final else None,
         reward=final.reward if final else 0.0, attempts=len(results), model=spec.model,
@@ -342,6 +344,14 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         view=spec.view, snapshot_of=spec.snapshot_of, snapshot_position=spec.snapshot_position,
         latency_s=latency_s, error=one_line(error) if error else None,
         started_at=started_at, finished_at=utc_now())
+
+
+def _metadata_json(task: Task) -> str | None:
+    """The task's metadata for `episodes.task_metadata`: JSON, its text made safe (a dataset's cells
+    are text from outside)."""
+    if not task.metadata:
+        return None
+    return safe_text(json.dumps(task.metadata, sort_keys=True, ensure_ascii=False, default=str))
 
 
 def _sum_usage(calls: list[LLMCall]) -> Usage:

@@ -21,7 +21,11 @@ def read_table(run_dir: Path, table: str) -> pl.DataFrame:
     files = table_files(run_dir / table)
     if not files:
         return pl.DataFrame()
-    return pl.read_parquet(files)
+    try:
+        return pl.read_parquet(files)
+    except (pl.exceptions.SchemaError, pl.exceptions.ColumnNotFoundError):
+        # an older harness's parts beside newer ones (a resumed run, until its writer compacts them)
+        return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
 
 
 def read_tables(run_dirs: Iterable[Path], table: str) -> pl.DataFrame:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.tables.costs import add_costs
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
@@ -231,6 +231,11 @@ class Episode(Record):
     """The task as shown to the agent."""
     reference: str
     """The reference answer the scorer compares against."""
+    task_metadata: str | None = None
+    """The task's metadata as the environment made it, as JSON (never shown to the agent): a dataset
+    row's kept columns (env.metadata), its options and, shuffled, their order (`shuffle`: the seed,
+    and each shown option's index in the dataset); a SQL task's database; a game's seed. Null when
+    the task has none, and in rows written before schema 7."""
     response: str | None
     """The agent's final answer (after answer extraction); null if it produced none."""
     success: bool

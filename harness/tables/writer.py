@@ -195,24 +195,34 @@ def table_files(directory: Path) -> list[Path]:
 
 def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
     """Merge the table's files into `part-<name>-compacted.parquet` (see the module docstring for the
-    steps and what a crash leaves); None when there is nothing to merge, or a file's columns differ
-    from `schema` (written by another version of the harness: left as it is)."""
+    steps and what a crash leaves); None when there is nothing to merge, or a file's columns cannot
+    be read as `schema`'s. Files of an older harness that lack only columns added since (nullable)
+    are merged with nulls there, so a resumed run's table is one schema again."""
     _drop_replaced(directory)
     files = table_files(directory)
-    if len(files) < 2:
-        return None
     plain = schema.remove_metadata()
+    if len(files) < 2 and all(pq.read_schema(f).remove_metadata().equals(plain) for f in files):
+        return None
     final = directory / f"part-{name}{COMPACTED}"
     metadata = {**(schema.metadata or {}), REPLACES: json.dumps([f.name for f in files]).encode()}
     merged = schema.with_metadata(metadata)
-    parts = ds.dataset([str(f) for f in files], format="parquet")
-    if any(not f.physical_schema.remove_metadata().equals(plain) for f in parts.get_fragments()):
+    parts = ds.dataset([str(f) for f in files], schema=plain, format="parquet")
+    if not all(_older_part_of(f.physical_schema, plain) for f in parts.get_fragments()):
         return None
     replace_atomically(final, lambda temporary: _write_merged(temporary, parts, merged))
     _fsync(directory)
     for file in files:
         file.unlink(missing_ok=True)
     return final
+
+
+def _older_part_of(found: pa.Schema, schema: pa.Schema) -> bool:
+    """Whether a file's columns are `schema`'s, or some of them with only nullable ones missing (a file
+    written before those columns were added): each column it has, as `schema` has it."""
+    names = set(found.names)
+    return (names <= set(schema.names)
+            and all(found.field(n).remove_metadata().equals(schema.field(n).remove_metadata()) for n in names)
+            and all(field.nullable for field in schema if field.name not in names))
 
 
 def _write_merged(path: Path, parts: ds.Dataset, schema: pa.Schema) -> None:

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import polars as pl
+import pyarrow.compute as pc
 import pytest
 
 from harness.tables.resume import drop_orphans, finished_episodes
@@ -147,3 +148,40 @@ def test_a_fresh_directory_is_no_resume(tmp_path):
 
     specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
     assert resume_plan(specs, tmp_path) == (specs, 0)
+
+
+def test_a_run_written_before_a_column_was_added_resumes_into_one_table_of_todays_schema(ray_session,
+                                                                                         tmp_path):
+    """A directory of schema 6 (no `episodes.task_metadata`), stopped after two of its three episodes,
+    resumed by this harness: the third episode runs, and its table ends as one file of today's
+    schema, the older rows null in the new column."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from harness.driver.run import run
+    from harness.tables.reading import read_table
+    from harness.tables.records import SCHEMA_VERSION
+    from harness.tables.writer import table_files
+    from tests.conftest import scripted_settings
+
+    settings = scripted_settings("env=gsm8k", "env.path=tests/data/datasets/gsm8k.jsonl", "variant=baseline",
+                                 "stream.num_tasks=3", "stream.tuning_size=0")
+    assert run(settings, tmp_path).manifest.status == "finished"
+    whole = read_table(tmp_path, "episodes").sort("stream_position")
+    [part] = table_files(tmp_path / "episodes")
+    older = pq.read_table(part).drop_columns(["task_metadata"])
+    older = older.replace_schema_metadata({**older.schema.metadata, b"harness.schema_version": b"6"})
+    for row in older.sort_by("stream_position").to_pylist()[:2]:
+        pq.write_table(older.filter(pc.equal(older["episode_id"], row["episode_id"])),
+                       part.parent / f"part-older-{row['stream_position']}.parquet")
+    part.unlink()
+    resumed = run(settings, tmp_path)
+    assert resumed.manifest.status == "finished"
+    [compacted] = table_files(tmp_path / "episodes")
+    assert pq.read_schema(compacted).metadata[b"harness.schema_version"] == SCHEMA_VERSION.encode()
+    after = read_table(tmp_path, "episodes").sort("stream_position")
+    assert after["task_metadata"].to_list()[:2] == [None, None]
+    assert json.loads(after["task_metadata"][2]) == json.loads(whole["task_metadata"][2])
+    columns = ["episode_id", "task_id", "response", "success", "total_tokens"]
+    assert after.select(columns).equals(whole.select(columns))

@@ -119,8 +119,10 @@ def test_the_presets_lay_out_questions_as_their_papers_pose_them(db_dir):
 def test_gpqa_shuffles_the_options_by_the_seed_and_the_letter_follows_the_answer(db_dir):
     rows = {row["Record ID"]: row for row in _csv_rows(DATA / "gpqa_diamond.csv")}
     orders = {}
+    env = env_of(*preset("gpqa_diamond", db_dir))
+    assert all("shuffle" not in t.metadata for t in env.tasks())  # the pool keeps the dataset's order
     for seed in (0, 1, 2):
-        for task in env_of(*preset("gpqa_diamond", db_dir), f"seed={seed}").tasks():
+        for task in (env.task_for_seed(t, seed) for t in env.tasks()):
             choices, shuffle = task.metadata["choices"], task.metadata["shuffle"]
             original = [rows[task.task_id][c] for c in ("Correct Answer", "Incorrect Answer 1",
                                                         "Incorrect Answer 2", "Incorrect Answer 3")]
@@ -129,8 +131,26 @@ def test_gpqa_shuffles_the_options_by_the_seed_and_the_letter_follows_the_answer
             assert f"{task.answer}) {rows[task.task_id]['Correct Answer']}" in task.question
             orders.setdefault(task.task_id, set()).add(tuple(shuffle["order"]))
     assert any(len(seen) > 1 for seen in orders.values())  # another seed, another order
-    once, again = (env_of(*preset("gpqa_diamond", db_dir), "seed=1").tasks() for _ in range(2))
+    once, again = ([e.task_for_seed(t, 1) for t in e.tasks()] for e in (env, env_of(*preset("gpqa_diamond",
+                                                                                        db_dir))))
     assert [t.metadata["shuffle"] for t in once] == [t.metadata["shuffle"] for t in again]
+
+
+def test_each_seed_of_one_job_shows_the_options_in_its_own_order(tmp_path, db_dir):
+    """`seeds=[0,1,2]` in one job: each agent run's stream (and tuning split) is shuffled by its own
+    seed, as three jobs with one seed each would be."""
+    together = build_plan(scripted_settings(*preset("gpqa_diamond", db_dir), "seed=0", "seeds=[0,1,2]",
+                                            "stream.num_tasks=3", "stream.tuning_size=1"), tmp_path)
+    for spec in together:
+        alone = build_plan(scripted_settings(*preset("gpqa_diamond", db_dir), f"seed={spec.seed}",
+                                             "stream.num_tasks=3", "stream.tuning_size=1"), tmp_path)[0]
+        assert spec.tasks == alone.tasks and spec.tuning_tasks == alone.tuning_tasks
+        assert {t.metadata["shuffle"]["seed"] for t in spec.tasks + spec.tuning_tasks} == {spec.seed}
+    by_task = {}
+    for spec in together:
+        for task in spec.tasks:
+            by_task.setdefault(task.task_id, set()).add(tuple(task.metadata["shuffle"]["order"]))
+    assert any(len(orders) > 1 for orders in by_task.values())
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
@@ -325,5 +345,29 @@ def test_a_preset_is_an_out_of_distribution_view_as_a_run_composes_it(db_dir):
     settings = scripted_settings("seed=4")
     env = ood_env(settings, f"env=gsm8k env.path={PATHS['gsm8k']}")
     assert env.name == "gsm8k" and env.target == "envs.dataset.DatasetTasks"
-    assert env.kwargs()["fields"]["answer_regex"] == r"####\s*(.+)$" and env.kwargs()["seed"] == 4
+    assert env.kwargs()["fields"]["answer_regex"] == r"####\s*(.+)$"
     assert [t.answer for t in build_environment(env.instantiable()).tasks()] == ["36", "110", "330", "3,600"]
+
+
+def test_a_snapshots_held_out_tasks_show_the_options_in_its_runs_order(tmp_path, db_dir):
+    """`harness.evaluate` draws held-out tasks from the pool, which keeps the dataset's order of the
+    options (the right one first in GPQA): each must be shown as its run's seed shuffles it."""
+    import datetime as dt
+
+    from harness.evaluate import _evaluations
+    from harness.tables.records import SnapshotRow
+    from harness.tables.writer import TableWriter
+
+    settings = scripted_settings(*preset("gpqa_diamond", db_dir), "seed=0", "seeds=[0,1]",
+                                 "stream.num_tasks=2", "stream.tuning_size=0")
+    writer = TableWriter(tmp_path, flush_interval_s=0)
+    writer.append(SnapshotRow.table, [SnapshotRow(
+        run_id=spec.run_id, episode_id=f"{spec.run_id}/1", position=2, final=True,
+        path=f"snapshots/{spec.seed}", memory_items=None, memory_version=None, system_prompt="", tools=0,
+        created_at=dt.datetime.now(dt.UTC)).model_dump() for spec in build_plan(settings, tmp_path)])
+    writer.close()
+    specs = _evaluations(settings, tmp_path, tmp_path / "out", ["id"], "final", 2, None)
+    assert sorted(spec.seed for spec in specs) == [0, 1]
+    for spec in specs:
+        assert len(spec.tasks) == 2
+        assert all(t.metadata["shuffle"]["seed"] == spec.seed for t in spec.tasks)
