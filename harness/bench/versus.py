@@ -135,12 +135,13 @@ def parser() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(prog="python -m harness.bench versus",
                                       description=__doc__.split("\n")[0])
     options.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
-                         help="concurrent agent runs (inspect_ai samples), one row each")
-    options.add_argument("--calls", type=int, default=50, help="model calls per agent run")
-    options.add_argument("--latency", type=float, default=0.2, help="seconds the model takes per call")
+                         help="concurrent agent runs (inspect_ai samples), one row each (default: 1 64 256)")
+    options.add_argument("--calls", type=int, default=50, help="model calls per agent run (default: 50)")
+    options.add_argument("--latency", type=float, default=0.2,
+                         help="seconds the model takes per call (default: 0.2)")
     options.add_argument("--max-concurrency", type=int, default=256,
-                         help="calls in flight at most, for both tools")
-    options.add_argument("--timeout", type=float, default=1800, help="seconds per command")
+                         help="calls in flight at most, for both tools (default: 256)")
+    options.add_argument("--timeout", type=float, default=1800, help="seconds per command (default: 1800)")
     options.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
     return options
 

@@ -28,7 +28,9 @@ PURPOSES: tuple[str, ...] = typing.get_args(Purpose)
 EditKind = Literal["lesson", "bullet", "skill", "tool"]
 """What an agent writes for itself that the safety check reads."""
 GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
-"""What the sealed gate audits: every EditKind, and a tuned system prompt."""
+"""What the sealed gate audits: every EditKind. "prompt" is never written: no agent puts a tuned prompt
+to the gate (OPRO and GEPA have no self-edit of their own; with `variant.gate=sealed` they are
+refused unless a memory of lessons, `variant.memory`, gives the gate lessons to audit)."""
 EditCounts = tuple[str, dict[Any, str]]
 """A column of a self-edit table, and the name of the count of each of its values."""
 UsageSource = Literal["provider", "counted"]
@@ -106,8 +108,8 @@ class LLMCall(Record):
     """Attempt number within the episode (1-based)."""
     purpose: Purpose
     """Why the call was made: act (solving the task) or one kind of self-improvement overhead:
-    reflect, distill, optimize, judge, toolgen, embed, critique (self-refine), curate (playbook),
-    propose (skills), validate (gate probes), safety (safety checks)."""
+    reflect, distill, optimize, judge, toolgen, embed, critique (self-refine), curate (playbook,
+    cheatsheet), propose (skills), validate (gate probes), safety (safety checks)."""
     model: str
     """litellm model string; `scripted/...` marks the deterministic test model."""
     prompt_tokens: int
@@ -578,7 +580,8 @@ class GateEventRow(Record):
     stream_position: int
     """Position of that task."""
     kind: GateKind
-    """What the edit changes: a memory lesson, playbook bullets, a skill, a learnt tool, the prompt."""
+    """What the edit changes: a memory lesson, playbook bullets or a cheatsheet (bullet), a skill, a learnt
+    tool. No row says prompt: a tuned prompt is never put to the gate."""
     edit_id: str
     """Id of the edit (the memory item, delta, skill or tool)."""
     text: str
@@ -646,7 +649,8 @@ class SnapshotRow(Record):
     """True for the snapshot taken at the end of the stream."""
     path: str
     """Its directory, relative to the run directory: `snapshot_data/<run_id>/<position>` holding
-    state.json (prompt, protocol, tools) and memory.parquet (the memory table's rows)."""
+    state.json (prompt, protocol, and the variant's bullets, skills, cheatsheet or tools), memory.parquet
+    (the memory table's rows) and, for an outside agent, files/ (what it saved)."""
     memory_items: int | None
     """Items in the memory at that point; null for variants without memory."""
     memory_version: int | None
