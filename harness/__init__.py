@@ -16,7 +16,14 @@ HARNESS_ENV = {
     # session must fail, not start a second Ray (a sweep's job thread would hang connecting to it).
     "RAY_ENABLE_AUTO_CONNECT": "0",
 }
+USER_SET = frozenset(name for name in HARNESS_ENV if name in os.environ)
+"""The names of HARNESS_ENV the user set before the harness started: their values are the user's."""
 for _name, _value in HARNESS_ENV.items():
     os.environ.setdefault(_name, _value)
+
+
+def harness_env() -> dict[str, str]:
+    """HARNESS_ENV as this process has it (a value the user set wins over the default)."""
+    return {name: os.environ.get(name, value) for name, value in HARNESS_ENV.items()}
 
 __version__ = "0.1.0"

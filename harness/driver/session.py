@@ -20,7 +20,7 @@ from typing import Any
 import ray
 from hydra.core.hydra_config import HydraConfig
 
-from harness import HARNESS_ENV
+from harness import USER_SET, harness_env
 from harness.agent_run.plan import AgentRunSpec, models_in_use
 from harness.config import ConfigError, HarnessConfig, RaySettings
 from harness.driver import signals, startup
@@ -117,6 +117,30 @@ _started: tuple[str | None, str | None] | None = None
 (a session nested in it reports the same)."""
 
 
+def authenticate_to(address: str) -> None:
+    """Before attaching to a cluster: ask its GCS whether it wants Ray's token, and where it does and
+    the user set no RAY_AUTH_MODE, send the token at hand (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
+    ~/.ray/auth_token). Token auth is the default of `ray start` since Ray 2.59, and the harness's
+    own local Ray runs without it (HARNESS_ENV). RunAborted, in one line, where it cannot attach."""
+    if "RAY_AUTH_MODE" in USER_SET or address.startswith("ray://"):
+        return  # the user's choice; a Ray Client address has its own handshake
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+    from ray._raylet import AuthenticationTokenLoader, GcsClient
+    from ray.exceptions import AuthenticationError
+
+    try:
+        GcsClient(address=canonicalize_bootstrap_address_or_die(address))
+    except AuthenticationError:
+        if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+            raise RunAborted(f"could not attach to {address}: the cluster uses token authentication and no "
+                             "token is here; copy its token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), "
+                             "see `ray get-auth-token`; nothing was run") from None
+        _enable_token_auth()  # RAY_AUTH_MODE=token in this process, Ray's config reloaded
+    except Exception as error:  # no GCS there: ray.init would wait as long again to say so
+        raise RunAborted(f"could not reach {address} ({one_line(error, 300)}); nothing was run") from None
+
+
 @contextlib.contextmanager
 def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
     """Start a Ray of this run's own, or attach to `ray.address`; reuse one already initialised
@@ -136,9 +160,13 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
                                       dashboard_host="127.0.0.1", **options)
             joined = "started a local Ray for this run"
         else:
-            context = ray.init(address=settings.address, runtime_env={"env_vars": dict(HARNESS_ENV)},
-                               **options)
+            authenticate_to(settings.address)
+            # The cluster's auth mode is its own: its workers keep what their node has.
+            workers_env = {k: v for k, v in harness_env().items() if k != "RAY_AUTH_MODE"}
+            context = ray.init(address=settings.address, runtime_env={"env_vars": workers_env}, **options)
             joined = f"attached to the Ray cluster at {settings.address}"
+    except RunAborted:
+        raise
     except Exception as error:  # e.g. a node that timed out starting on an overloaded machine
         where = "start a local Ray" if settings.address in (None, "local") else f"reach {settings.address}"
         raise RunAborted(f"could not {where} ({one_line(error, 300)}); nothing was run") from None

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -16,22 +17,26 @@ from tests.processes import QUIET, run_cli, stop_session
 SCRIPTED = ["model=scripted", "embedder=hashing", "stream.num_tasks=3", "cache.enabled=false", *QUIET]
 
 
-@pytest.fixture(scope="module")
-def other_cluster(tmp_path_factory):
-    """A `ray start --head` of this test's own, stopped by its session afterwards."""
+def start_head(temp, auth: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """A `ray start --head` of this test's own (its session stopped by the caller), and its address."""
     port = free_port()
-    temp = tmp_path_factory.mktemp("ray")
     command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
                "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false", "--block",
                # Ports of its own: the defaults (8265, 52365) may belong to another run on this machine.
                f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
                f"--temp-dir={temp}"]
     head = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+                            start_new_session=True, env={**os.environ, **auth})
     for line in head.stdout:
         if "Ray runtime started" in line or "ray start --address" in line:
             break
-    yield f"127.0.0.1:{port}"
+    return head, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def other_cluster(tmp_path_factory):
+    head, address = start_head(tmp_path_factory.mktemp("ray"), {"RAY_AUTH_MODE": "disabled"})
+    yield address
     stop_session(head)  # every process `ray start` started is in the session it was given
 
 
@@ -54,3 +59,27 @@ def test_an_address_attaches_and_says_so(other_cluster, tmp_path):
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["ray_address"].endswith(f":{port}")
     assert (tmp_path / "run" / "episodes").is_dir()
+
+
+def test_a_cluster_with_token_auth_is_attached_with_the_token_at_hand_and_refused_in_one_line_without(
+        tmp_path, tmp_path_factory):
+    """Token auth is `ray start`'s default since Ray 2.59, while the harness's own Ray runs without it:
+    attaching, the harness sends the token where the cluster asks for one."""
+    token = uuid.uuid4().hex
+    # a short directory: Ray's socket paths under it must fit the 107 bytes of a Unix socket's name
+    head, address = start_head(tmp_path_factory.mktemp("ray"), {"RAY_AUTH_MODE": "token",
+                                                                  "RAY_AUTH_TOKEN": token})
+    try:
+        user = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        refused = run_cli(*SCRIPTED, f"ray.address={address}", f"hydra.run.dir={tmp_path / 'refused'}",
+                          timeout=180, env={**user, "HOME": str(tmp_path)})  # no ~/.ray/auth_token
+        assert refused.returncode != 0
+        assert (f"error: could not attach to {address}: the cluster uses token authentication and no token "
+                "is here") in refused.stderr.splitlines()[-1]
+        assert not (tmp_path / "refused" / "episodes").exists()
+        attached = run_cli(*SCRIPTED, f"ray.address={address}", f"hydra.run.dir={tmp_path / 'run'}",
+                           timeout=180, env={**user, "RAY_AUTH_TOKEN": token})
+        assert attached.returncode == 0, attached.stderr[-2000:]
+        assert f"attached to the Ray cluster at {address} (" in attached.stdout
+    finally:
+        stop_session(head)
