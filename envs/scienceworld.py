@@ -85,8 +85,8 @@ VARIATIONS: dict[str, tuple[int, int, int]] = {
     "test-conductivity-of-unknown-substances": (600, 300, 450),
     "use-thermometer": (540, 270, 405),
 }
-# A heap cap keeps a JVM near 200-450 MB (uncapped, its heap grows past 1 GB on a long episode);
-# one GC thread and C1 only cost the least CPU for runs this short.
+# A heap cap keeps a JVM's memory bounded (uncapped, its heap grows on a long episode); one GC thread
+# and C1 only cost the least CPU for runs this short.
 JAVA_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 _HIDDEN_TEMPLATES = {"reset task"}  # resets the goal progress mid-episode: not a move to offer

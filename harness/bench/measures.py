@@ -3,7 +3,8 @@
 1. Throughput: agent runs of the baseline on a scripted model with a fixed latency per call, at
    several concurrencies, through the real harness (Ray agent workers, each with its gateway
    replica, the model limits actor, the writer), against
-   the ideal bound (concurrency / latency) and against a plain sequential loop over the same tasks,
+   the ideal bound (concurrency / latency) and against an ideal sequential loop (one call after
+   another: `vs sequential` is episodes/s x latency; the measured plain loop is printed beside it),
    with the CPU time the driver and every Ray process spent per model call.
 2. Gateway overhead per call: the gateway's own time (limits, cache lookup, record), measured
    against calling the same scripted provider through litellm directly, and what holding the

@@ -25,8 +25,8 @@ from harness.view.store import Store, TooLarge, ViewError
 MAX_GROUP_EPISODES = 3_000
 """Most episodes per group the comparison computes. harness/report/stats.py's BCa bootstrap holds its whole
 jackknife at once (indices and values, about 16 n² bytes) and 2,000 resamples (16 KB per episode):
-at 3,000 episodes in one group the viewer peaked at 542 MB (python -m harness.bench.view --rows 30000
---jobs 1), within its 1 GB; at 25,000 it would need about 10 GB."""
+3,000 episodes in one group stay within the viewer's 1 GB (measured: docs/viewer.md); at 25,000 it
+would need about 10 GB."""
 
 
 @dataclass
