@@ -150,6 +150,8 @@ class Sql(Scorer):
                 raise QueryError(f"timed out after {self.timeout:g} s") from None
             raise QueryError(f"SQL error: {_one_line(error)}") from None
         except Exception as error:  # ProgrammingError, a null character, unencodable text, ...
+            if str(error) == "not authorized":  # the authorizer's refusal: say what it refuses
+                raise QueryError("SQL error: not authorized (replies may only read the database)") from None
             raise QueryError(f"SQL error: {_one_line(error) or type(error).__name__}") from None
         finally:
             connection.close()
