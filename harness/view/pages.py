@@ -404,7 +404,7 @@ def attempts_html(attempts: list[dict[str, Any]]) -> str:
     if not attempts:
         return ""
     return "<h2>Attempts</h2>" + table(
-        ["attempt", "response", "raw response", "success", "score", "judge", "steps", "reflection"],
+        ["attempt", "response", "raw response", "success", "score", "why", "judge", "steps", "reflection"],
         [
             [
                 escape(a["attempt"]),
@@ -412,6 +412,7 @@ def attempts_html(attempts: list[dict[str, Any]]) -> str:
                 f"<pre>{escape(a['raw_response'])}</pre>",
                 success_mark(a["success"]),
                 escape(a["score"]),
+                escape(a.get("score_reason")),  # null in tables written before the column
                 escape(a["judge_score"]),
                 escape(a["steps"]),
                 escape(a["reflection"]),

@@ -211,6 +211,8 @@ def test_one_episode_shows_every_call_with_its_transcript_and_the_memory_it_used
     status, page = get(sweep.url + f"episode?dir=0&id={urllib.request.quote(episode_id)}")
     replies = [t["reply"] for t in transcripts.values() if t["reply"]]
     assert status == 200 and replies and all(html.escape(r) in page for r in replies)
+    reasons = [a["score_reason"] for a in rows["attempts"] if a["episode_id"] == episode_id]
+    assert reasons and all(r and html.escape(r) in page for r in reasons)  # why each attempt scored so
 
 
 def test_what_was_learnt_links_each_item_to_its_writer_its_decisions_and_its_users(sweep):
