@@ -65,3 +65,34 @@ def test_a_stream_of_code_tasks_is_scored_by_running_each_reply(tmp_path):
     assert (by_task["add"]["success"], by_task["add"]["score_reason"]) == (True, "passed the tests")
     assert (by_task["neg"]["success"], by_task["neg"]["score_reason"]) == (
         False, "failed the tests: AssertionError")
+
+
+def test_mbpp_rows_are_scored_against_their_list_of_tests(tmp_path):
+    """MBPP's layout (google-research-datasets/mbpp, "full"): `test_list` is a list of asserts, which
+    a template lays out one per line. (A preamble such as `test_setup_code` needs a line break in the
+    template: a config file's, as Hydra keeps an override's `\\n` as two characters.)"""
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"task_id": 2, "text": "Write a function to find the shared elements of two lists.",
+         "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))", "test_setup_code": "",
+         "test_list": ["assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == {4, 5}",
+                       "assert set(similar_elements((1, 2, 3, 4), (5, 4, 3, 7))) == {3, 4}"],
+         "challenge_test_list": []},
+        {"task_id": 3, "text": "Write a python function to identify non-prime numbers.",
+         "code": "def is_not_prime(n):\n    return n < 2 or any(n % i == 0 for i in range(2, n))",
+         "test_setup_code": "",
+         "test_list": ["assert is_not_prime(2) == False", "assert is_not_prime(10) == True"],
+         "challenge_test_list": []}]) + "\n")
+    union = "def similar_elements(a, b): return tuple(set(a) | set(b))"  # the 1st assert fails
+    rules = ('model.scripted.rules=[{purpose:act,contains:"shared elements",reply:"' + union + '"},'
+             '{purpose:act,contains:"non-prime",reply:"def is_not_prime(n): return n < 2 or any(n % i == 0 '
+             'for i in range(2, n))"}]')
+    run = run_variant("env=dataset", f"env.path={path}", "env.scorer=code", "env.fields.id=task_id",
+                      'env.fields.question="{text} Your code should pass these tests: {test_list}"',
+                      'env.fields.answer="{test_list}"', "stream.num_tasks=2", "stream.tuning_size=0", rules)
+    by_task = {a["task_id"]: a for a in run.rows["attempts"]}
+    assert (by_task["3"]["success"], by_task["3"]["score_reason"]) == (True, "passed the tests")
+    assert (by_task["2"]["success"], by_task["2"]["score_reason"]) == (False,
+                                                                       "failed the tests: AssertionError")
+    references = {e["task_id"]: e["reference"] for e in run.rows["episodes"]}
+    assert references["3"] == "assert is_not_prime(2) == False\nassert is_not_prime(10) == True"
