@@ -120,8 +120,9 @@ _started: tuple[str | None, str | None] | None = None
 def authenticate_to(address: str) -> None:
     """Before attaching to a cluster: ask its GCS whether it wants Ray's token, and where it does and
     the user set no RAY_AUTH_MODE, send the token at hand (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
-    ~/.ray/auth_token). Token auth is the default of `ray start` since Ray 2.59, and the harness's
-    own local Ray runs without it (HARNESS_ENV). RunAborted, in one line, where it cannot attach."""
+    ~/.ray/auth_token). `ray start` turns token auth on with RAY_AUTH_MODE=token or a token at hand,
+    and the harness's own local Ray runs without it (HARNESS_ENV). RunAborted, in one line, where it
+    cannot attach."""
     if "RAY_AUTH_MODE" in USER_SET or address.startswith("ray://"):
         return  # the user's choice; a Ray Client address has its own handshake
     from ray._private.authentication.authentication_token_setup import _enable_token_auth

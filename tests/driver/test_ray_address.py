@@ -63,8 +63,9 @@ def test_an_address_attaches_and_says_so(other_cluster, tmp_path):
 
 def test_a_cluster_with_token_auth_is_attached_with_the_token_at_hand_and_refused_in_one_line_without(
         tmp_path, tmp_path_factory):
-    """Token auth is `ray start`'s default since Ray 2.59, while the harness's own Ray runs without it:
-    attaching, the harness sends the token where the cluster asks for one."""
+    """A cluster may ask for Ray's token (`ray start` with RAY_AUTH_MODE=token, or with a token at hand),
+    while the harness's own Ray runs without it: attaching, the harness sends the token where the
+    cluster asks for one."""
     token = uuid.uuid4().hex
     # a short directory: Ray's socket paths under it must fit the 107 bytes of a Unix socket's name
     head, address = start_head(tmp_path_factory.mktemp("ray"), {"RAY_AUTH_MODE": "token",
