@@ -259,8 +259,10 @@ class TaskPool(NamedTuple):
     env: Environment
 
     def for_seed(self, tasks: list[Task], seed: int) -> list[Task]:
-        """These tasks as the agent run with this seed is shown them (`Environment.task_for_seed`)."""
-        return [safe_task(self.env.task_for_seed(task, seed)) for task in tasks]
+        """These tasks as the agent run with this seed is shown them (`Environment.task_for_seed`); a
+        task the env shows differently is made safe again, one it shows as it is was made safe already."""
+        shown = [(task, self.env.task_for_seed(task, seed)) for task in tasks]
+        return [seen if seen is task else safe_task(seen) for task, seen in shown]
 
 
 def resolve_defaults(settings: HarnessConfig) -> tuple[HarnessConfig, TaskPool]:

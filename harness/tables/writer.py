@@ -200,15 +200,18 @@ def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
     are merged with nulls there, so a resumed run's table is one schema again."""
     _drop_replaced(directory)
     files = table_files(directory)
-    plain = schema.remove_metadata()
-    if len(files) < 2 and all(pq.read_schema(f).remove_metadata().equals(plain) for f in files):
+    if not files:
         return None
+    plain = schema.remove_metadata()
+    parts = ds.dataset([str(f) for f in files], schema=plain, format="parquet")
+    found = [fragment.physical_schema.remove_metadata() for fragment in parts.get_fragments()]
+    if not all(_older_part_of(columns, plain) for columns in found):
+        return None
+    if len(files) == 1 and found[0].equals(plain):
+        return None  # one file, already today's
     final = directory / f"part-{name}{COMPACTED}"
     metadata = {**(schema.metadata or {}), REPLACES: json.dumps([f.name for f in files]).encode()}
     merged = schema.with_metadata(metadata)
-    parts = ds.dataset([str(f) for f in files], schema=plain, format="parquet")
-    if not all(_older_part_of(f.physical_schema, plain) for f in parts.get_fragments()):
-        return None
     replace_atomically(final, lambda temporary: _write_merged(temporary, parts, merged))
     _fsync(directory)
     for file in files:
