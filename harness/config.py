@@ -311,14 +311,16 @@ class RaySettings(_Strict):
     limits: str | None
     """Set by the Ray sweep launcher for every job of its sweep: the name of the sweep's pool (its model
     limits actor); the job then runs on that pool, driven by the launcher."""
+    warm_pool: str = Field(default="outputs/warm_pool.json", min_length=1)
+    """The warm pool's state file: `python -m harness.warm start` writes it, `address: warm` reads it."""
 
     @field_validator("address")
     @classmethod
     def _ray_address(cls, value: str | None) -> str | None:
         host, _, port = (value or "").rpartition(":")
-        if value in (None, "auto", "local") or "://" in value or (host and port.isdigit()):
+        if value in (None, "auto", "local", "warm") or "://" in value or (host and port.isdigit()):
             return value
-        raise ValueError('should be null, "auto", "local", "host:port" or "ray://host:port"')
+        raise ValueError('should be null, "auto", "local", "warm", "host:port" or "ray://host:port"')
 
 
 class CacheSettings(_Strict):

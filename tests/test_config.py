@@ -80,7 +80,8 @@ def test_an_argument_the_gateway_sets_is_refused_in_params():
         scripted_settings("+model.params.api_base=http://x")
 
 
-@pytest.mark.parametrize("address", ["auto", "local", "10.0.0.5:6379", "ray://head:10001", "[::1]:6379"])
+@pytest.mark.parametrize("address", ["auto", "local", "warm", "10.0.0.5:6379", "ray://head:10001",
+                                     "[::1]:6379"])
 def test_every_form_of_ray_address_is_accepted(address):
     assert scripted_settings(f"ray.address='{address}'").ray.address == address
 

@@ -100,27 +100,49 @@ def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
     imports litellm (seconds) while the caller goes on (a sweep composes its jobs' configs
     meanwhile). Before the first job runs, `serve_models` starts what its models need. Never more
     workers than `agent_runs` (at least that many are coming), as each costs a process and litellm's
-    import."""
-    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
+    import. With `ray.address=warm` they are the warm pool's, started before the command
+    (harness/driver/warm_pool.py), unless another command holds it."""
+    if settings.address == "warm":
+        from harness.driver.warm_pool import lease_warm_pool
+
+        leased = lease_warm_pool(stack, settings.num_workers, agent_runs)
+        if leased is not None:
+            return leased
+    size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    limits, hub, workers = spawn_pool_actors(name, min(size, agent_runs) if agent_runs else size)
     stack.callback(ray.kill, limits)
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    hub = ray.remote(num_cpus=0)(WriterHub).options(name=f"{name} writer", scheduling_strategy=here).remote()
     stack.callback(ray.kill, hub)
     # A SIGTERM or SIGHUP flushes every job's rows at once, before a second signal may end it all.
     stack.callback(signals.on_first_signal(lambda: ray.get(hub.flush_all.remote(), timeout=60)))
-    size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    size = min(size, agent_runs) if agent_runs else size
+    for actor in workers:
+        stack.callback(ray.kill, actor)
+    return AgentPool(name, hub, workers, ())
+
+
+def spawn_pool_actors(name: str, size: int) -> tuple[ray.actor.ActorHandle, ray.actor.ActorHandle,
+                                                     list[ray.actor.ActorHandle]]:
+    """The model limits actor (named `name`), the writer hub (on this node) and `size` agent workers,
+    all named after `name`; owned by the caller (a command, or the warm pool's keeper)."""
+    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    hub = ray.remote(num_cpus=0)(WriterHub).options(name=hub_name(name), scheduling_strategy=here).remote()
     # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray
     # sends an actor that asks for no resource at all to a random node, so each asks for one byte.
     # A worker whose process dies is restarted by Ray and its calls retried; each carries on from
     # what the writer holds (AgentWorker.run), so its jobs end with the rows of uninterrupted ones.
     worker = ray.remote(num_cpus=0, memory=1, max_restarts=WORKER_RESTARTS,
                         max_task_retries=WORKER_RESTARTS)(AgentWorker)
-    workers = [worker.options(name=f"{name} agents #{i}", scheduling_strategy="SPREAD")
-               .remote(f"{name} writer", name) for i in range(size)]
-    for actor in workers:
-        stack.callback(ray.kill, actor)
-    return AgentPool(name, hub, workers, ())
+    workers = [worker.options(name=worker_name(name, i), scheduling_strategy="SPREAD")
+               .remote(hub_name(name), name) for i in range(size)]
+    return limits, hub, workers
+
+
+def hub_name(pool: str) -> str:
+    return f"{pool} writer"
+
+
+def worker_name(pool: str, index: int) -> str:
+    return f"{pool} agents #{index}"
 
 
 def serve_models(pool: AgentPool, models: Sequence[EndpointSettings], log_dir: Path,

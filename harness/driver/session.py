@@ -143,15 +143,17 @@ def authenticate_to(address: str) -> None:
 
 
 @contextlib.contextmanager
-def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]]:
+def ray_session(settings: RaySettings, namespace: str | None = None
+                ) -> Iterator[tuple[str | None, str | None]]:
     """Start a Ray of this run's own, or attach to `ray.address`; reuse one already initialised
     in-process. Null never joins a cluster that happens to be running (`ray start`, RAY_ADDRESS):
-    that could be someone else's. What it started or joined is printed."""
+    that could be someone else's. What it started or joined is printed. Named actors are created and
+    found in `namespace` (default: one of this process's own)."""
     global _started
     if ray.is_initialized():
         yield _started or (ray.get_runtime_context().gcs_address, None)
         return
-    options: dict[str, Any] = {"logging_level": logging.WARNING}
+    options: dict[str, Any] = {"logging_level": logging.WARNING, "namespace": namespace}
     try:
         if settings.address is None or settings.address == "local":
             # The local Ray's processes inherit this one's environment (harness/__init__.py sets
@@ -160,6 +162,14 @@ def ray_session(settings: RaySettings) -> Iterator[tuple[str | None, str | None]
             context = start_local_ray(include_dashboard=settings.include_dashboard,
                                       dashboard_host="127.0.0.1", **options)
             joined = "started a local Ray for this run"
+        elif settings.address == "warm":
+            from harness.driver.warm_pool import WARM_NAMESPACE, usable_state
+
+            # Its Ray's processes have the harness's environment from the process that started it;
+            # the pool's actors, and those this command names, resolve in the warm namespace.
+            warm = usable_state(Path(settings.warm_pool))
+            context = ray.init(address=warm.address, **{**options, "namespace": WARM_NAMESPACE})
+            joined = f"attached to the warm pool's Ray ({settings.warm_pool})"
         else:
             authenticate_to(settings.address)
             # The cluster's auth mode is its own: its workers keep what their node has.

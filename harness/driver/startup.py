@@ -8,6 +8,7 @@ interpreter's own start and the imports are counted too.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import psutil
@@ -39,3 +40,21 @@ def _age_s() -> float:
         return time.clock_gettime(time.CLOCK_BOOTTIME) - started / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
         return time.time() - psutil.Process().create_time()
+
+
+def changed_modules(_actor: object = None) -> list[str]:
+    """Files of modules this process imported that changed (or went) since the process was created:
+    what it runs is no longer what is on disk. A warm pool's actors are asked through `__ray_call__`
+    (harness/driver/warm_pool.py), so this module imports nothing heavy."""
+    created = time.time() - _age_s()
+    changed = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or not path.endswith((".py", ".so")):
+            continue
+        try:
+            if os.stat(path).st_mtime > created:
+                changed.append(path)
+        except OSError:
+            changed.append(path)
+    return sorted(changed)

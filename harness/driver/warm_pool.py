@@ -1,0 +1,266 @@
+"""The warm pool: a Ray kept running with the next command's pool actors started ahead, so that a
+command with `ray.address=warm` reaches its first model call without starting Ray or paying its
+workers' imports (litellm: seconds).
+
+`python -m harness.warm start` (harness/warm.py) runs a small process of its own that starts a local
+Ray and a `WarmKeeper` actor, and writes where it is to `ray.warm_pool` (a state file). The keeper
+keeps one *generation* of pool actors ready: the model limits actor, the writer hub and the agent
+workers, exactly those a command would start (harness/driver/pool.py `spawn_pool_actors`). A
+command leases the generation, runs on it, and gives it back; the keeper then kills it and starts
+the next, so every command gets processes no earlier command ran in (its rows are those of a cold
+start), while nobody waits for the next generation's imports.
+
+What keeps the pool honest:
+- a lease: one command at a time; a second one meanwhile starts workers of its own on the same
+  Ray. The holder renews it every RENEW_S; one not renewed for LEASE_TIMEOUT_S (its command was
+  killed) is taken back, and its generation killed with whatever it still ran;
+- a code check: a generation any of whose processes imported a module whose file changed since
+  (an edited agent, a reinstalled package) is replaced before it is leased;
+- an idle timeout: the keeper's process stops the pool, Ray and all, after the idle time without a
+  lease (`--idle-minutes`), and `python -m harness.warm stop` ends it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+from pydantic import BaseModel
+
+from harness.driver import signals
+from harness.driver.pool import AgentPool, hub_name, spawn_pool_actors, worker_name
+from harness.driver.startup import changed_modules
+from harness.errors import RunAborted
+from harness.files import replace_atomically
+
+WARM_NAMESPACE = "harness-warm"
+"""The Ray namespace of the warm pool's actors, and of a command using them (names resolve in it)."""
+KEEPER = "harness-warm keeper"
+RENEW_S = 5.0
+LEASE_TIMEOUT_S = 30.0
+
+
+class WarmState(BaseModel):
+    """The state file of a running warm pool (`ray.warm_pool`), written by its keeper's process."""
+
+    address: str
+    pid: int
+    """The keeper's process (`python -m harness.warm serve`), which started the pool's Ray."""
+    started: float
+    """Its creation time (psutil's), so that a reused pid is not taken for it."""
+    workers: int
+    idle_minutes: float
+    python: str
+    pythonpath: str
+    cwd: str
+    dashboard: str | None = None
+    generation: int = 0
+    holder: str | None = None
+    idle_s: float = 0.0
+
+
+def read_state(path: Path) -> WarmState | None:
+    """The state of the warm pool at `path`, if one runs (its process is alive)."""
+    try:
+        state = WarmState.model_validate_json(path.read_text())
+        process = psutil.Process(state.pid)
+        if abs(process.create_time() - state.started) < 1.0 and process.status() != psutil.STATUS_ZOMBIE:
+            return state
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+def write_state(path: Path, state: WarmState) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_atomically(path, lambda partial: partial.write_text(state.model_dump_json(indent=1)))
+
+
+def usable_state(path: Path) -> WarmState:
+    """The warm pool a command may attach to; RunAborted, in one line, where there is none, or where
+    its processes would import other code than this command (another Python, PYTHONPATH or
+    directory: Ray's workers find the code where the pool was started)."""
+    state = read_state(path)
+    if state is None:
+        raise RunAborted(f"ray.address=warm: no warm pool runs here ({path} names none alive); start one "
+                         "with: python -m harness.warm start; nothing was run")
+    here = (sys.executable, os.environ.get("PYTHONPATH", ""), os.getcwd())
+    there = (state.python, state.pythonpath, state.cwd)
+    if here != there:
+        differs = ", ".join(f"{what} {b!r} (here {a!r})" for what, a, b
+                            in zip(("Python", "PYTHONPATH", "directory"), here, there, strict=True) if a != b)
+        raise RunAborted(f"ray.address=warm: the warm pool at {path} was started with {differs}, so its "
+                         "workers would run other code; stop it (python -m harness.warm stop) and start it "
+                         "from here; nothing was run")
+    return state
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A leased generation: its actors' names (in WARM_NAMESPACE)."""
+
+    generation: int
+    limits: str
+    hub: str
+    workers: tuple[str, ...]
+    note: str | None = None
+
+
+@dataclass
+class Lease:
+    """Who holds the warm pool, and since when it was last renewed (monotonic seconds)."""
+
+    holder: str | None = None
+    renewed: float = 0.0
+    released: float = 0.0
+    """When the last lease ended (or the pool started): the idle time counts from it."""
+
+    def take(self, holder: str, now: float) -> str | None:
+        """None when `holder` now holds it, else why not."""
+        if self.holder is not None and not self.expired(now):
+            return f"another command holds it ({self.holder})"
+        self.holder, self.renewed = holder, now
+        return None
+
+    def renew(self, holder: str, now: float) -> bool:
+        if self.holder != holder:
+            return False
+        self.renewed = now
+        return True
+
+    def give_back(self, holder: str, now: float) -> bool:
+        if self.holder != holder:
+            return False
+        self.holder, self.released = None, now
+        return True
+
+    def expired(self, now: float) -> bool:
+        return self.holder is not None and now - self.renewed > LEASE_TIMEOUT_S
+
+    def idle_s(self, now: float) -> float:
+        return 0.0 if self.holder is not None else now - self.released
+
+
+class WarmKeeper:
+    """Keeps the next generation of pool actors started, and leases it to one command at a time.
+    It owns them: they end with it, and it ends with the process that started the pool."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._generation = 0
+        self._actors: tuple[Any, Any, list[Any]] = self._spawn()
+        self._lease = Lease(released=time.monotonic())
+
+    def _spawn(self) -> tuple[Any, Any, list[Any]]:
+        self._generation += 1
+        return spawn_pool_actors(f"harness-warm-{self._generation}", self._size)
+
+    def _replace(self) -> None:
+        """Kill the generation (with whatever it still runs) and start the next."""
+        limits, hub, workers = self._actors
+        for actor in (*workers, hub, limits):
+            ray.kill(actor)
+        self._actors = self._spawn()
+
+    def _every_actor(self) -> list[Any]:
+        limits, hub, workers = self._actors
+        return [limits, hub, *workers]
+
+    async def ready(self) -> None:
+        await asyncio.gather(*(actor.__ray_ready__.remote() for actor in self._every_actor()))
+
+    async def start(self) -> None:
+        """Once its first generation is ready: the idle time counts from here."""
+        await self.ready()
+        self._lease.released = time.monotonic()
+
+    async def lease(self, holder: str) -> Grant | str:
+        """The generation for `holder`, ready, its code checked; or why it cannot have it."""
+        self.status()
+        refused = self._lease.take(holder, time.monotonic())
+        if refused is not None:
+            return refused
+        try:
+            ours = changed_modules()
+            if ours:
+                self._lease.give_back(holder, time.monotonic())
+                return (f"its keeper runs older code ({ours[0]} changed since); restart it: "
+                        "python -m harness.warm stop, then start")
+            note = None
+            await self.ready()
+            changed = sorted({path for found in await asyncio.gather(
+                *(actor.__ray_call__.remote(changed_modules) for actor in self._every_actor()))
+                for path in found})
+            if changed:
+                self._replace()
+                await self.ready()
+                note = f"the warm pool's workers were older than {changed[0]}: started new ones"
+        except BaseException:
+            self._lease.give_back(holder, time.monotonic())
+            raise
+        name = f"harness-warm-{self._generation}"
+        workers = tuple(worker_name(name, i) for i in range(self._size))
+        return Grant(self._generation, name, hub_name(name), workers, note)
+
+    def renew(self, holder: str) -> bool:
+        return self._lease.renew(holder, time.monotonic())
+
+    async def release(self, holder: str) -> None:
+        """The command is done with its generation: the next one starts now, once the command has its
+        answer (starting it takes the keeper about a second)."""
+        if self._lease.give_back(holder, time.monotonic()):
+            asyncio.get_running_loop().call_soon(self._replace)
+
+    def status(self) -> dict[str, Any]:
+        """Takes back a lease its holder stopped renewing; the pool's generation, holder, idle time."""
+        now = time.monotonic()
+        if self._lease.expired(now):
+            self._lease.give_back(self._lease.holder or "", now)
+            self._replace()
+        return {"generation": self._generation, "holder": self._lease.holder,
+                "idle_s": self._lease.idle_s(now)}
+
+
+def lease_warm_pool(stack: contextlib.ExitStack, num_workers: int | None,
+                    agent_runs: int | None) -> AgentPool | None:
+    """The warm pool's generation for this command, given back when `stack` closes; None (said in one
+    line) when another command holds it."""
+    keeper = ray.get_actor(KEEPER, namespace=WARM_NAMESPACE)
+    holder = f"pid {os.getpid()} {uuid.uuid4().hex[:6]}"
+    grant = ray.get(keeper.lease.remote(holder))
+    if isinstance(grant, str):
+        print(f"the warm pool is not used: {grant}; this command starts workers of its own", flush=True)
+        return None
+    done = threading.Event()
+    renewing = threading.Thread(target=_renew, args=(keeper, holder, done), daemon=True, name="warm lease")
+    renewing.start()
+
+    def give_back() -> None:
+        done.set()
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(keeper.release.remote(holder), timeout=30)
+
+    stack.callback(give_back)
+    hub = ray.get_actor(grant.hub)
+    stack.callback(signals.on_first_signal(lambda: ray.get(hub.flush_all.remote(), timeout=60)))
+    size = min(n for n in (num_workers, agent_runs, len(grant.workers)) if n)
+    if grant.note:
+        print(grant.note, flush=True)
+    print(f"on the warm pool: generation {grant.generation}, {size} agent workers", flush=True)
+    return AgentPool(grant.limits, hub, [ray.get_actor(name) for name in grant.workers[:size]], ())
+
+
+def _renew(keeper: Any, holder: str, done: threading.Event) -> None:
+    while not done.wait(RENEW_S):
+        with contextlib.suppress(Exception):  # the keeper's status says what became of the lease
+            ray.get(keeper.renew.remote(holder), timeout=RENEW_S)
