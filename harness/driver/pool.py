@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harness.agent_run.plan import AgentRunSpec
 from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
-from harness.driver import signals, startup
+from harness.driver import signals
 from harness.driver.actors import AgentWorker, WriterHub
 from harness.driver.preflight import CheckedParams
 from harness.errors import root_cause
@@ -83,31 +83,13 @@ class AgentPool:
                 self._load[index] -= len(batch)
 
 
-def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_dir: Path,
-               stack: contextlib.ExitStack, name: str, agent_runs: int | None = None) -> AgentPool:
-    """The whole pool, all named after `name`, ready (litellm imported) when this returns; stopped
-    when `stack` closes."""
-    pool = start_workers(settings, stack, name, agent_runs)
-    serve_models(pool, models, log_dir, stack)
-    ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
-    startup.mark("pool")
-    return pool
-
-
 def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
                   agent_runs: int | None = None) -> AgentPool:
     """The model limits actor, the writer hub and the agent workers, not waited for: each worker
     imports litellm (seconds) while the caller goes on (a sweep composes its jobs' configs
     meanwhile). Before the first job runs, `serve_models` starts what its models need. Never more
     workers than `agent_runs` (at least that many are coming), as each costs a process and litellm's
-    import. With `ray.address=warm` they are the warm pool's, started before the command
-    (harness/driver/warm_pool.py), unless another command holds it."""
-    if settings.address == "warm":
-        from harness.driver.warm_pool import lease_warm_pool
-
-        leased = lease_warm_pool(stack, settings.num_workers, agent_runs)
-        if leased is not None:
-            return leased
+    import."""
     size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     limits, hub, workers = spawn_pool_actors(name, min(size, agent_runs) if agent_runs else size)
     stack.callback(ray.kill, limits)

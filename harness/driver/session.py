@@ -22,9 +22,10 @@ from hydra.core.hydra_config import HydraConfig
 
 from harness import USER_SET, harness_env
 from harness.agent_run.plan import AgentRunSpec, models_in_use
-from harness.config import ConfigError, HarnessConfig, RaySettings
+from harness.config import ConfigError, EndpointSettings, HarnessConfig, RaySettings
 from harness.driver import signals, startup
-from harness.driver.pool import AgentPool, start_pool
+from harness.driver.pool import AgentPool, serve_models
+from harness.driver.warm_pool import WARM_NAMESPACE, open_pool, usable_state
 from harness.errors import RunAborted, one_line
 from harness.models.model_server import LocalModelServer
 
@@ -60,6 +61,17 @@ def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_di
         raise ConfigError(f"invalid config: model: the sweep's pool does not serve {settings.model.name} "
                           "locally")
     return JobSession(pool, (), answer_key, resume_hint, run_dir)
+
+
+def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_dir: Path,
+               stack: contextlib.ExitStack, name: str, agent_runs: int | None = None) -> AgentPool:
+    """The whole pool, its actors named after `name` (or the warm pool's), ready (litellm imported)
+    when this returns; stopped (or given back) when `stack` closes."""
+    pool = open_pool(settings, stack, name, agent_runs)
+    serve_models(pool, models, log_dir, stack)
+    ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
+    startup.mark("pool")
+    return pool
 
 
 def check_alive(servers: Sequence[LocalModelServer], resume_hint: str) -> None:
@@ -163,8 +175,6 @@ def ray_session(settings: RaySettings, namespace: str | None = None
                                       dashboard_host="127.0.0.1", **options)
             joined = "started a local Ray for this run"
         elif settings.address == "warm":
-            from harness.driver.warm_pool import WARM_NAMESPACE, usable_state
-
             # Its Ray's processes have the harness's environment from the process that started it;
             # the pool's actors, and those this command names, resolve in the warm namespace.
             warm = usable_state(Path(settings.warm_pool))

@@ -37,8 +37,9 @@ import psutil
 import ray
 from pydantic import BaseModel
 
+from harness.config import RaySettings
 from harness.driver import signals
-from harness.driver.pool import AgentPool, hub_name, spawn_pool_actors, worker_name
+from harness.driver.pool import AgentPool, hub_name, spawn_pool_actors, start_workers, worker_name
 from harness.driver.startup import changed_modules
 from harness.errors import RunAborted
 from harness.files import replace_atomically
@@ -229,6 +230,18 @@ class WarmKeeper:
             self._replace()
         return {"generation": self._generation, "holder": self._lease.holder,
                 "idle_s": self._lease.idle_s(now)}
+
+
+def open_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str,
+              agent_runs: int | None = None) -> AgentPool:
+    """The pool's actors for this command (harness/driver/pool.py `start_workers`), stopped or given
+    back when `stack` closes: with `ray.address=warm`, the warm pool's generation unless another
+    command holds it; else started now, named after `name`."""
+    if settings.address == "warm":
+        leased = lease_warm_pool(stack, settings.num_workers, agent_runs)
+        if leased is not None:
+            return leased
+    return start_workers(settings, stack, name, agent_runs)
 
 
 def lease_warm_pool(stack: contextlib.ExitStack, num_workers: int | None,

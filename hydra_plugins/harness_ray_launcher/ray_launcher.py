@@ -211,8 +211,9 @@ class RayLauncher(Launcher):
         from harness.config import EndpointSettings, HarnessConfig
         from harness.driver import startup
         from harness.driver.metrics import metrics_endpoint
-        from harness.driver.pool import serve_models, start_workers
+        from harness.driver.pool import serve_models
         from harness.driver.session import ray_session
+        from harness.driver.warm_pool import open_pool
 
         assert self.config is not None
         limits_name = f"harness-sweep-{uuid.uuid4().hex[:8]}"
@@ -227,7 +228,7 @@ class RayLauncher(Launcher):
         startup.mark("composed")  # the first job's config: Ray starts with its settings
         with contextlib.ExitStack() as stack:
             address, dashboard = stack.enter_context(ray_session(first.ray))
-            pool = start_workers(first.ray, stack, limits_name, agent_runs=len(job_overrides))
+            pool = open_pool(first.ray, stack, limits_name, agent_runs=len(job_overrides))
             composed += [self._compose(index, overrides, limits_name) for index, overrides in numbered]
             metrics = metrics_endpoint()  # for Prometheus: the sweep's metrics (harness/driver/metrics.py)
             log.info(f"Launching {len(composed)} jobs at once on Ray {address}"

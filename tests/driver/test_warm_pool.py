@@ -21,9 +21,11 @@ from tests.processes import ROOT, session_processes, start_cli, stop_session, wa
 from tests.processes import wait_until_session_gone as all_gone
 
 SWEEP = ["-m", "variant=baseline,memory", "seed=0", "model=scripted", "embedder=hashing",
-         "stream.num_tasks=4", "cache.enabled=false", "progress=false", "ray.include_dashboard=false"]
+         "stream.num_tasks=4", "model.scripted.latency_s=1.0", "cache.enabled=false", "progress=false",
+         "ray.include_dashboard=false"]
 VARYING = {"call_id", "memory_id", "tool_id", "run_in_flight", "similarity", "path"}
-"""Ids, in-flight counts and paths differ between any two sweeps (as every `*_s` and `*_at` clock)."""
+"""Ids, in-flight counts and paths differ between any two sweeps (as every `*_s` and `*_at` clock).
+Slow calls (1 s) keep the first command on the pool while the second starts."""
 
 
 def warm(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -55,8 +57,7 @@ def test_commands_on_the_warm_pool_write_the_rows_of_their_own_pool_on_processes
         tmp_path, warm_pool):
     state_path, state = warm_pool
     on_warm = [*SWEEP, "ray.address=warm", f"ray.warm_pool={state_path}"]
-    # Slow calls keep the first command on the pool while the second starts (clocks are not compared).
-    first = start_cli(*on_warm, "model.scripted.latency_s=2.0", f"hydra.sweep.dir={tmp_path / 'first'}")
+    first = start_cli(*on_warm, f"hydra.sweep.dir={tmp_path / 'first'}")
     try:
         wait_for(lambda: (read_state(state_path) or state).holder is not None, 120, "the first's lease")
         leased = [p.pid for p in session_processes(state.pid, "ray::AgentWorker")]
