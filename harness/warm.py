@@ -32,11 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     state_path = Path(args.state)
     if args.command == "start":
-        return start(state_path, args.workers, args.idle_minutes)
+        return start(state_path, args.workers, args.idle_minutes, args.dashboard)
     if args.command == "stop":
         return stop(state_path)
     if args.command == "serve":
-        return serve(state_path, args.workers, args.idle_minutes)
+        return serve(state_path, args.workers, args.idle_minutes, args.dashboard)
     return status(state_path)
 
 
@@ -54,10 +54,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="agent workers it keeps ready (default: one per CPU)")
     parser.add_argument("--idle-minutes", type=float, default=30.0,
                         help="stop after this long without a command (default: 30)")
+    parser.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
+                        help="serve Ray's dashboard on 127.0.0.1 (default: yes)")
     return parser
 
 
-def start(state_path: Path, workers: int | None, idle_minutes: float) -> int:
+def start(state_path: Path, workers: int | None, idle_minutes: float, dashboard: bool = True) -> int:
     """Start the pool's process in a session of its own and wait until it says it is ready."""
     running = read_state(state_path)
     if running is not None:
@@ -70,7 +72,8 @@ def start(state_path: Path, workers: int | None, idle_minutes: float) -> int:
     log_path = state_path.with_suffix(".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "harness.warm", "serve", "--state", str(state_path),
-               "--idle-minutes", str(idle_minutes), *(["--workers", str(workers)] if workers else [])]
+               "--idle-minutes", str(idle_minutes), *(["--workers", str(workers)] if workers else []),
+               "--dashboard" if dashboard else "--no-dashboard"]
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
@@ -100,8 +103,9 @@ def status(state_path: Path) -> int:
         print(f"no warm pool runs here ({state_path})")
         return 1
     held = f"leased by {state.holder}" if state.holder else f"idle for {state.idle_s:.0f} s"
-    print(f"warm pool: Ray at {state.address}, {state.workers} agent workers, generation {state.generation}, "
-          f"{held} (stops after {state.idle_minutes:g} idle minutes), pid {state.pid}")
+    print(f"warm pool: Ray at {state.address}, {state.workers} agent workers, generation {state.generation} "
+          f"{'ready' if state.ready else 'starting'}, {held} (stops after {state.idle_minutes:g} idle "
+          f"minutes), pid {state.pid}")
     return 0
 
 
@@ -125,7 +129,7 @@ def stop(state_path: Path) -> int:
     return 0
 
 
-def serve(state_path: Path, workers: int | None, idle_minutes: float) -> int:
+def serve(state_path: Path, workers: int | None, idle_minutes: float, dashboard: bool) -> int:
     """The pool's process: its Ray, its keeper, the state file; until stopped or idle too long."""
     import ray
 
@@ -133,7 +137,7 @@ def serve(state_path: Path, workers: int | None, idle_minutes: float) -> int:
     from harness.driver.session import ray_session
     from harness.driver.warm_pool import KEEPER, WARM_NAMESPACE, WarmKeeper
 
-    settings = RaySettings(address=None, num_workers=workers, include_dashboard=True, limits=None)
+    settings = RaySettings(address=None, num_workers=workers, include_dashboard=dashboard, limits=None)
     try:
         with ray_session(settings, namespace=WARM_NAMESPACE) as (address, dashboard):
             size = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))

@@ -28,7 +28,7 @@ What is checked
   are in; when it holds with none, the option it got furthest with says why. A key named in prose exists
   in some option of its group (a key that only `+key=value` adds must be written so).
 - Another entry point (`python -m harness.report`, `.view`, `.evaluate`, `.bench`, `.bench.view`,
-  `.bench.sweep`): every `--flag` of the line, its comment included, is one that its `--help` lists;
+  `.bench.sweep`, `.warm`): every `--flag` of the line, its comment included, is one that its `--help` lists;
   `harness.evaluate`'s `--views`, `--ood` and `--set` values are checked as it checks them.
 
 Placeholders
@@ -88,7 +88,7 @@ SYNOPSIS_KEYS = {"key", "group", "option"}
 FIXTURES = {"tasks.jsonl": str(ROOT / "tests" / "data" / "sample_tasks.jsonl")}
 """Example files the docs name, and the real file each is checked with."""
 ENTRY_POINTS = ("harness.report", "harness.view", "harness.evaluate", "harness.bench", "harness.bench.view",
-                "harness.bench.sweep")
+                "harness.bench.sweep", "harness.warm")
 HYDRA_FLAGS = {"-m": False, "--multirun": False, "--cfg": True, "-c": True, "--resolve": False,
                "--package": True, "-p": True, "--help": False, "-h": False, "--hydra-help": False}
 """Hydra's own flags the docs use, and whether each takes a value."""
@@ -531,7 +531,8 @@ def test_the_help_lists_every_option_of_every_group_and_its_default_and_no_parts
     assert "$APP_CONFIG_GROUPS" not in text and "${" not in text
 
 
-@pytest.mark.parametrize("module", ["harness.report", "harness.view", "harness.evaluate", "harness.bench"])
+@pytest.mark.parametrize("module", ["harness.report", "harness.view", "harness.evaluate", "harness.bench",
+                                    "harness.warm"])
 def test_an_entry_points_help_says_whole_sentences_and_what_each_option_does(module):
     text = entry_point_help(module)
     description = " ".join(text.split("\n\n")[1].split())

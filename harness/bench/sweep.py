@@ -191,6 +191,47 @@ class ServerProcess:
         self.close()
 
 
+class WarmPoolProcess:
+    """A warm pool (`python -m harness.warm start`) with its state file in `directory`, stopped on
+    exit; `wait_ready` before each command, so that each finds its generation started."""
+
+    def __init__(self, directory: Path, dashboard: bool = False) -> None:
+        from harness.driver.warm_pool import read_state
+
+        self.state_path = directory / "warm_pool.json"
+        started = subprocess.run([sys.executable, "-m", "harness.warm", "start", "--state",
+                                  str(self.state_path), "--dashboard" if dashboard else "--no-dashboard"],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=600)
+        state = read_state(self.state_path)
+        if started.returncode != 0 or state is None:
+            raise RuntimeError(f"the warm pool did not start: {started.stdout}{started.stderr}")
+        self.pid = state.pid
+
+    def overrides(self) -> list[str]:
+        return ["ray.address=warm", f"ray.warm_pool={self.state_path}"]
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        from harness.driver.warm_pool import read_state
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = read_state(self.state_path)
+            if state is None:
+                raise RuntimeError(f"the warm pool stopped (see {self.state_path.with_suffix('.log')})")
+            if state.ready and state.holder is None:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the warm pool was not ready within {timeout_s:.0f} s")
+
+    def __enter__(self) -> WarmPoolProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run([sys.executable, "-m", "harness.warm", "stop", "--state", str(self.state_path)],
+                       cwd=ROOT, capture_output=True, timeout=120)
+        kill_session(self.pid)
+
+
 # --- measuring one command --------------------------------------------------------------------
 
 
@@ -200,12 +241,17 @@ class SessionMeter:
     when reparented) every `interval_s`: the peak of their summed RSS, and CPU seconds (user +
     system) per process at its last sample, summed (a process that exits loses at most its last
     interval). Also the peak of the machine's used memory. `over_limit` is set, and the session
-    killed, when the machine's used memory passes `used_limit` bytes."""
+    killed, when the machine's used memory passes `used_limit` bytes. The processes of the sessions
+    `also` (a warm pool's, which the command uses) are sampled too, their CPU counted from the first
+    sample on."""
 
-    def __init__(self, session: int, interval_s: float = 0.2, used_limit: int | None = None) -> None:
+    def __init__(self, session: int, interval_s: float = 0.2, used_limit: int | None = None,
+                 also: tuple[int, ...] = ()) -> None:
         import psutil
 
         self.session, self.interval_s, self.used_limit = session, interval_s, used_limit
+        self.sessions = {session, *also}
+        self._before: dict[tuple[int, float], float] = {}
         self.used_at_start = psutil.virtual_memory().used
         self.peak_used = self.used_at_start
         self.peak_rss = 0
@@ -218,7 +264,7 @@ class SessionMeter:
 
     @property
     def cpu_s(self) -> float:
-        return sum(self._cpu.values())
+        return sum(self._cpu.values()) - sum(self._before.get(key, 0.0) for key in self._cpu)
 
     def members(self) -> list[Any]:
         import psutil
@@ -226,7 +272,7 @@ class SessionMeter:
         found = []
         for process in psutil.process_iter():
             with contextlib.suppress(OSError, psutil.Error):
-                if os.getsid(process.pid) == self.session:
+                if os.getsid(process.pid) in self.sessions:
                     found.append(process)
         return found
 
@@ -255,6 +301,9 @@ class SessionMeter:
             self.sample()
 
     def __enter__(self) -> SessionMeter:
+        if len(self.sessions) > 1:
+            self.sample()
+            self._before = {key: cpu for key, cpu in self._cpu.items() if key[0] != self.session}
         self._thread.start()
         return self
 
@@ -296,16 +345,17 @@ class Measured:
 
 
 def measure(argv: list[str], server: ServerProcess, log_path: Path, timeout_s: float = 3600,
-            used_limit: int | None = None, env: dict[str, str] | None = None) -> Measured:
+            used_limit: int | None = None, env: dict[str, str] | None = None,
+            also: tuple[int, ...] = ()) -> Measured:
     """Run `argv` in a session of its own (with `env` added to this environment), sampled by a
-    `SessionMeter`, and read what the server saw."""
+    `SessionMeter` (with the sessions `also`), and read what the server saw."""
     server.reset()
     started = time.time()
     with log_path.open("w") as log:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True, env={**os.environ, **(env or {})})
         stopped = ""
-        with SessionMeter(process.pid, used_limit=used_limit) as meter:
+        with SessionMeter(process.pid, used_limit=used_limit, also=also) as meter:
             try:
                 returncode: int | None = process.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -441,7 +491,7 @@ def _row(kind: str, n: int, measured: Measured, results: Results, latency_s: flo
 def sweep_section(jobs: list[int], tasks: int = 50, latency_s: float = 0.2, max_concurrency: int = 256,
                   server: ServerProcess | None = None, directory: Path | None = None,
                   used_limit_gib: float | None = 16.0, timeout_s: float = 3600,
-                  echo: bool = True) -> list[dict[str, Any]]:
+                  echo: bool = True, warm: WarmPoolProcess | None = None) -> list[dict[str, Any]]:
     """One row per N in `jobs`: the sweep `python -m harness -m variant=baseline "seed=range(N)"`, N
     jobs of one agent run of `tasks` tasks each (the baseline: one model call per task), on the HTTP
     model at `latency_s`, into `<directory>/sweep-N` (a temporary directory when None).
@@ -458,24 +508,26 @@ def sweep_section(jobs: list[int], tasks: int = 50, latency_s: float = 0.2, max_
     machine, others' work slows every column). A run that pushes the machine's used memory past
     `used_limit_gib` is stopped (status says so). `max_concurrency` (model.max_concurrency, shared
     by the jobs of a sweep) defaults above the agent runs measured, so that the chain bounds the
-    ideal and what is left is the harness's own overhead; the harness's default is 8."""
+    ideal and what is left is the harness's own overhead; the harness's default is 8. With `warm`,
+    each command runs on that warm pool (`ray.address=warm`), started and ready before it: its rows
+    say "(warm)", and count the pool's processes in RSS and CPU."""
     return _section([("sweep", n) for n in jobs], tasks, latency_s, max_concurrency, server, directory,
-                    used_limit_gib, timeout_s, echo)
+                    used_limit_gib, timeout_s, echo, warm)
 
 
 def runs_section(runs: list[int], tasks: int = 50, latency_s: float = 0.2, max_concurrency: int = 256,
                  server: ServerProcess | None = None, directory: Path | None = None,
                  used_limit_gib: float | None = 16.0, timeout_s: float = 3600,
-                 echo: bool = True) -> list[dict[str, Any]]:
+                 echo: bool = True, warm: WarmPoolProcess | None = None) -> list[dict[str, Any]]:
     """One row per N in `runs`: one job of N agent runs, `python -m harness variant=baseline
-    seeds=[0,...,N-1]`; the same columns as `sweep_section`."""
+    seeds=[0,...,N-1]`; the same columns as `sweep_section` (and `warm` as there)."""
     return _section([("one job", n) for n in runs], tasks, latency_s, max_concurrency, server, directory,
-                    used_limit_gib, timeout_s, echo)
+                    used_limit_gib, timeout_s, echo, warm)
 
 
 def _section(plan: list[tuple[str, int]], tasks: int, latency_s: float, max_concurrency: int,
              server: ServerProcess | None, directory: Path | None, used_limit_gib: float | None,
-             timeout_s: float, echo: bool) -> list[dict[str, Any]]:
+             timeout_s: float, echo: bool, warm: WarmPoolProcess | None = None) -> list[dict[str, Any]]:
     with contextlib.ExitStack() as stack:
         if server is None:
             server = stack.enter_context(ServerProcess(latency_s))
@@ -485,17 +537,22 @@ def _section(plan: list[tuple[str, int]], tasks: int, latency_s: float, max_conc
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-sweep-")))
         rows = []
         for kind, n in plan:
-            overrides = _model_overrides(server, tasks, max_concurrency)
-            if kind == "sweep":
-                out = directory / f"sweep-{n}"
+            overrides = _model_overrides(server, tasks, max_concurrency) + (warm.overrides() if warm else [])
+            name = f"sweep-{n}" if kind == "sweep" else f"runs-{n}"
+            if warm is not None:
+                kind, name = f"{kind} (warm)", f"{name}-warm"
+                warm.wait_ready()
+            if kind.startswith("sweep"):
+                out = directory / name
                 argv = [sys.executable, "-m", "harness", "-m", *overrides, f"seed=range({n})",
                         f"hydra.sweep.dir={out}"]
             else:
-                out = directory / f"runs-{n}"
+                out = directory / name
                 argv = [sys.executable, "-m", "harness", *overrides,
                         f"seeds=[{','.join(str(s) for s in range(n))}]", f"hydra.run.dir={out}"]
             measured = measure(argv, server, directory / f"{out.name}.log", timeout_s,
-                               int(used_limit_gib * GIB) if used_limit_gib else None)
+                               int(used_limit_gib * GIB) if used_limit_gib else None,
+                               also=(warm.pid,) if warm else ())
             results = (read_results(out) if out.is_dir()
                        else Results(jobs=0, runs=0, calls=0, chain=0, episodes=0, window_s=None))
             row = _row(kind, n, measured, results, latency_s, max_concurrency)
@@ -537,6 +594,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="stop a run when the machine's used memory passes this")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per command")
     parser.add_argument("--keep", type=Path, help="write the runs here and keep them (default: a temp dir)")
+    parser.add_argument("--warm", action="store_true",
+                        help="then every row again on a warm pool (python -m harness.warm start), "
+                             "started before the first and ready before each")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -559,6 +619,11 @@ def main(argv: list[str] | None = None) -> None:
         print("each row as it is measured:\n", flush=True)
         rows = sweep_section(jobs, server=server, directory=directory, **options) if jobs else []
         rows += runs_section(runs, server=server, directory=directory, **options) if runs else []
+        if args.warm:
+            with WarmPoolProcess(directory) as warm:
+                options.update(server=server, directory=directory, warm=warm)
+                rows += sweep_section(jobs, **options) if jobs else []
+                rows += runs_section(runs, **options) if runs else []
         print("\nall rows:\n")
         print(table(rows), flush=True)
         for row in rows:

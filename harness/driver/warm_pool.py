@@ -66,6 +66,8 @@ class WarmState(BaseModel):
     cwd: str
     dashboard: str | None = None
     generation: int = 0
+    ready: bool = False
+    """Whether the generation's actors all answered: the next command starts on them at once."""
     holder: str | None = None
     idle_s: float = 0.0
 
@@ -159,12 +161,23 @@ class WarmKeeper:
     def __init__(self, size: int) -> None:
         self._size = size
         self._generation = 0
+        self._ready = 0
+        """The last generation whose every actor answered (its imports paid)."""
         self._actors: tuple[Any, Any, list[Any]] = self._spawn()
         self._lease = Lease(released=time.monotonic())
 
     def _spawn(self) -> tuple[Any, Any, list[Any]]:
         self._generation += 1
-        return spawn_pool_actors(f"harness-warm-{self._generation}", self._size)
+        actors = spawn_pool_actors(f"harness-warm-{self._generation}", self._size)
+        with contextlib.suppress(RuntimeError):  # no event loop yet: the constructor's; `start` waits
+            asyncio.get_running_loop().create_task(self._note_ready(self._generation, actors))
+        return actors
+
+    async def _note_ready(self, generation: int, actors: tuple[Any, Any, list[Any]]) -> None:
+        limits, hub, workers = actors
+        with contextlib.suppress(ray.exceptions.RayError):  # killed before it was ready
+            await asyncio.gather(*(actor.__ray_ready__.remote() for actor in (limits, hub, *workers)))
+            self._ready = max(self._ready, generation)
 
     def _replace(self) -> None:
         """Kill the generation (with whatever it still runs) and start the next."""
@@ -183,11 +196,12 @@ class WarmKeeper:
     async def start(self) -> None:
         """Once its first generation is ready: the idle time counts from here."""
         await self.ready()
+        self._ready = self._generation
         self._lease.released = time.monotonic()
 
     async def lease(self, holder: str) -> Grant | str:
         """The generation for `holder`, ready, its code checked; or why it cannot have it."""
-        self.status()
+        await self.status()
         refused = self._lease.take(holder, time.monotonic())
         if refused is not None:
             return refused
@@ -222,14 +236,14 @@ class WarmKeeper:
         if self._lease.give_back(holder, time.monotonic()):
             asyncio.get_running_loop().call_soon(self._replace)
 
-    def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, Any]:
         """Takes back a lease its holder stopped renewing; the pool's generation, holder, idle time."""
         now = time.monotonic()
         if self._lease.expired(now):
             self._lease.give_back(self._lease.holder or "", now)
             self._replace()
-        return {"generation": self._generation, "holder": self._lease.holder,
-                "idle_s": self._lease.idle_s(now)}
+        return {"generation": self._generation, "ready": self._ready == self._generation,
+                "holder": self._lease.holder, "idle_s": self._lease.idle_s(now)}
 
 
 def open_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str,
