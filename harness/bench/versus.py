@@ -21,6 +21,7 @@ extra: without it the section says how to install it and measures the harness al
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import shutil
 import sys
@@ -29,7 +30,16 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.bench.sweep import MODEL, Measured, ServerProcess, _model_overrides, measure, read_results, table
+from harness.bench.sweep import (
+    MODEL,
+    Measured,
+    ServerProcess,
+    WarmPoolProcess,
+    _model_overrides,
+    measure,
+    read_results,
+    table,
+)
 from harness.driver.startup import STAGES
 
 INSTALL = "pip install inspect-ai  (or: pip install -e '.[inspect]')"
@@ -91,25 +101,27 @@ def _row(tool: str, runs: int, calls: int, measured: Measured,
 
 
 def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap: int = 256,
-                   timeout_s: float = 1800, keep: Path | None = None) -> list[dict[str, Any]]:
+                   timeout_s: float = 1800, keep: Path | None = None,
+                   warm: bool = False) -> list[dict[str, Any]]:
     """A harness row and an inspect_ai row for each number of concurrent agent runs, then their
-    ratios; the commands' output stays in the work directory (`keep`, or a temporary one)."""
+    ratios; the commands' output stays in the work directory (`keep`, or a temporary one). With
+    `warm`, also a row of the harness on a warm pool (`ray.address=warm`; the pool's processes
+    counted from the command's start) and its ratios."""
     with_inspect = inspect_available()
     if not with_inspect:
         print(f"inspect_ai is not installed: measuring the harness alone ({INSTALL})", flush=True)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="harness-versus-") as scratch, ServerProcess(latency_s) as server:
-        work = keep or Path(scratch)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(ServerProcess(latency_s))
+        work = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-versus-")))
         work.mkdir(parents=True, exist_ok=True)
         task_file = work / "versus_task.py"
         task_file.write_text(INSPECT_TASK)
+        pool = stack.enter_context(WarmPoolProcess(work)) if warm else None
         for n in runs:
-            print(f"harness: {n} agent runs x {calls} calls ...", flush=True)
-            out = work / f"harness-{n}"
-            argv = harness_argv(server, n, calls, cap, out)
-            ours = measure(argv, server, work / f"{out.name}.log", timeout_s)
-            startup = read_results(out).startup_s if out.is_dir() else None
-            rows.append(_row("harness", n, calls, ours, startup))
+            ours = [_harness_row(server, n, calls, cap, work, timeout_s, None)]
+            ours += [_harness_row(server, n, calls, cap, work, timeout_s, pool)] if pool else []
+            rows += ours
             if not with_inspect:
                 continue
             print(f"inspect_ai: {n} samples x {calls} calls ...", flush=True)
@@ -117,8 +129,20 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
                              work / f"inspect-{n}.log", timeout_s,
                              env={"OPENAI_API_KEY": "no-key-needed"})  # its OpenAI client insists on one
             rows.append(_row("inspect_ai", n, calls, theirs))
-            rows.append(_ratio(n, rows[-2], rows[-1]))
+            rows += [_ratio(n, row, rows[-1]) for row in ours]
     return rows
+
+
+def _harness_row(server: ServerProcess, n: int, calls: int, cap: int, work: Path, timeout_s: float,
+                 warm: WarmPoolProcess | None) -> dict[str, Any]:
+    tool = "harness (warm)" if warm else "harness"
+    print(f"{tool}: {n} agent runs x {calls} calls ...", flush=True)
+    out = work / f"harness-{n}{'-warm' if warm else ''}"
+    argv = harness_argv(server, n, calls, cap, out) + (warm.overrides() if warm else [])
+    if warm:
+        warm.wait_ready()
+    measured = measure(argv, server, work / f"{out.name}.log", timeout_s, also=(warm.pid,) if warm else ())
+    return _row(tool, n, calls, measured, read_results(out).startup_s if out.is_dir() else None)
 
 
 def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +150,7 @@ def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str,
         a, b = ours.get(key), theirs.get(key)
         return a / b if a is not None and b else None
 
-    return {"tool": "harness / inspect_ai", "runs": runs, "calls": None, "expected": None,
+    return {"tool": f"{ours['tool']} / inspect_ai", "runs": runs, "calls": None, "expected": None,
             "wall_s": over("wall_s"), "first_call_s": over("first_call_s"),
             "cpu_ms_per_call": over("cpu_ms_per_call"), "load": None, "ok": ""}
 
@@ -143,10 +167,13 @@ def parser() -> argparse.ArgumentParser:
                          help="calls in flight at most, for both tools (default: 256)")
     options.add_argument("--timeout", type=float, default=1800, help="seconds per command (default: 1800)")
     options.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
+    options.add_argument("--warm", action="store_true",
+                         help="also measure the harness on a warm pool (python -m harness.warm start)")
     return options
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    rows = versus_section(args.runs, args.calls, args.latency, args.max_concurrency, args.timeout, args.keep)
+    rows = versus_section(args.runs, args.calls, args.latency, args.max_concurrency, args.timeout, args.keep,
+                          args.warm)
     print(table(rows))
