@@ -136,6 +136,7 @@ def serve(state_path: Path, workers: int | None, idle_minutes: float, dashboard:
     from harness.config import RaySettings
     from harness.driver.session import ray_session
     from harness.driver.warm_pool import KEEPER, WARM_NAMESPACE, WarmKeeper
+    from harness.errors import one_line
 
     settings = RaySettings(address=None, num_workers=workers, include_dashboard=dashboard, limits=None)
     try:
@@ -156,6 +157,9 @@ def serve(state_path: Path, workers: int | None, idle_minutes: float, dashboard:
                 time.sleep(TICK_S)
     except KeyboardInterrupt:  # `stop` (SIGTERM), SIGHUP or Ctrl-C: the Ray is shut down all the same
         print("stopped", flush=True)
+    except ray.exceptions.RayError as error:  # its keeper died (and the actors it owned with it)
+        print(f"the warm pool's keeper failed ({one_line(error, 300)}): stopped", flush=True)
+        return 1
     finally:
         with contextlib.suppress(OSError, ValueError):
             if WarmState.model_validate_json(state_path.read_text()).pid == os.getpid():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Collection
 
 import psutil
 
@@ -42,13 +43,16 @@ def _age_s() -> float:
         return time.time() - psutil.Process().create_time()
 
 
-def changed_modules(_actor: object = None) -> list[str]:
-    """Files of modules this process imported that changed (or went) since the process was created:
-    what it runs is no longer what is on disk. A warm pool's actors are asked through `__ray_call__`
-    (harness/driver/warm_pool.py), so this module imports nothing heavy."""
+def changed_modules(_actor: object = None, names: Collection[str] | None = None) -> list[str]:
+    """Files of modules this process imported (those of `names`, if given) that changed (or went)
+    since the process was created: what it runs is no longer what is on disk. A warm pool's actors
+    are asked through `__ray_call__` (harness/driver/warm_pool.py), so this module imports nothing
+    heavy."""
     created = time.time() - _age_s()
     changed = []
-    for module in list(sys.modules.values()):
+    modules = (list(sys.modules.values()) if names is None
+               else [sys.modules[name] for name in names if name in sys.modules])
+    for module in modules:
         path = getattr(module, "__file__", None)
         if not isinstance(path, str) or not path.endswith((".py", ".so")):
             continue

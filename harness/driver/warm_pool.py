@@ -41,7 +41,7 @@ from harness.config import RaySettings
 from harness.driver import signals
 from harness.driver.pool import AgentPool, hub_name, spawn_pool_actors, start_workers, worker_name
 from harness.driver.startup import changed_modules
-from harness.errors import RunAborted
+from harness.errors import RunAborted, one_line
 from harness.files import replace_atomically
 
 WARM_NAMESPACE = "harness-warm"
@@ -49,6 +49,9 @@ WARM_NAMESPACE = "harness-warm"
 KEEPER = "harness-warm keeper"
 RENEW_S = 5.0
 LEASE_TIMEOUT_S = 30.0
+KEEPERS_CODE = ("harness.driver.warm_pool", "harness.driver.pool", "harness.driver.startup")
+"""What runs in the keeper itself: the actors it starts import their classes afresh (Ray sends a class
+by reference), so only an edit of these makes the keeper stale."""
 
 
 class WarmState(BaseModel):
@@ -165,6 +168,8 @@ class WarmKeeper:
         """The last generation whose every actor answered (its imports paid)."""
         self._actors: tuple[Any, Any, list[Any]] = self._spawn()
         self._lease = Lease(released=time.monotonic())
+        self._granting = False
+        """A lease is being granted (its generation awaited): its holder cannot renew it yet."""
 
     def _spawn(self) -> tuple[Any, Any, list[Any]]:
         self._generation += 1
@@ -205,8 +210,9 @@ class WarmKeeper:
         refused = self._lease.take(holder, time.monotonic())
         if refused is not None:
             return refused
+        self._granting = True
         try:
-            ours = changed_modules()
+            ours = changed_modules(None, KEEPERS_CODE)
             if ours:
                 self._lease.give_back(holder, time.monotonic())
                 return (f"its keeper runs older code ({ours[0]} changed since); restart it: "
@@ -223,6 +229,9 @@ class WarmKeeper:
         except BaseException:
             self._lease.give_back(holder, time.monotonic())
             raise
+        finally:
+            self._granting = False
+        self._lease.renew(holder, time.monotonic())
         name = f"harness-warm-{self._generation}"
         workers = tuple(worker_name(name, i) for i in range(self._size))
         return Grant(self._generation, name, hub_name(name), workers, note)
@@ -239,7 +248,7 @@ class WarmKeeper:
     async def status(self) -> dict[str, Any]:
         """Takes back a lease its holder stopped renewing; the pool's generation, holder, idle time."""
         now = time.monotonic()
-        if self._lease.expired(now):
+        if self._lease.expired(now) and not self._granting:
             self._lease.give_back(self._lease.holder or "", now)
             self._replace()
         return {"generation": self._generation, "ready": self._ready == self._generation,
@@ -262,9 +271,13 @@ def lease_warm_pool(stack: contextlib.ExitStack, num_workers: int | None,
                     agent_runs: int | None) -> AgentPool | None:
     """The warm pool's generation for this command, given back when `stack` closes; None (said in one
     line) when another command holds it."""
-    keeper = ray.get_actor(KEEPER, namespace=WARM_NAMESPACE)
     holder = f"pid {os.getpid()} {uuid.uuid4().hex[:6]}"
-    grant = ray.get(keeper.lease.remote(holder))
+    try:
+        keeper = ray.get_actor(KEEPER, namespace=WARM_NAMESPACE)
+        grant = ray.get(keeper.lease.remote(holder))
+    except (ValueError, ray.exceptions.RayError) as error:  # its keeper is gone: the pool is stopping
+        raise RunAborted(f"ray.address=warm: the warm pool did not answer ({one_line(error, 200)}); see "
+                         "python -m harness.warm status; nothing was run") from None
     if isinstance(grant, str):
         print(f"the warm pool is not used: {grant}; this command starts workers of its own", flush=True)
         return None

@@ -136,6 +136,9 @@ def test_a_module_edited_after_the_process_imported_it_is_named_as_changed(tmp_p
     assert str(module) not in changed_modules()
     module.write_text("ANSWER = 2\n")  # an edit: the process still runs ANSWER = 1
     assert str(module) in changed_modules()
+    # The keeper asks about its own modules only (the actors it starts import theirs afresh).
+    assert changed_modules(None, ["warm_probe_agent"]) == [str(module)]
+    assert str(module) not in changed_modules(None, ["json", "harness.driver.warm_pool"])
     module.unlink()
     assert str(module) in changed_modules()
     monkeypatch.delitem(sys.modules, "warm_probe_agent")
