@@ -25,7 +25,7 @@ SWEEP = ["-m", "variant=baseline,memory", "seed=0", "model=scripted", "embedder=
          "ray.include_dashboard=false"]
 VARYING = {"call_id", "memory_id", "tool_id", "run_in_flight", "similarity", "path"}
 """Ids, in-flight counts and paths differ between any two sweeps (as every `*_s` and `*_at` clock).
-Slow calls (1 s) keep the first command on the pool while the second starts."""
+Slow calls (1 s) keep one command on the pool while the other starts."""
 
 
 def warm(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -57,26 +57,23 @@ def test_commands_on_the_warm_pool_write_the_rows_of_their_own_pool_on_processes
         tmp_path, warm_pool):
     state_path, state = warm_pool
     on_warm = [*SWEEP, "ray.address=warm", f"ray.warm_pool={state_path}"]
-    first = start_cli(*on_warm, f"hydra.sweep.dir={tmp_path / 'first'}")
+    leased = [p.pid for p in session_processes(state.pid, "ray::AgentWorker")]  # the ready generation's
+    # Two commands at once: one leases the pool, the other starts workers of its own on the same Ray
+    # (the pool's way of a cold start), whose rows the first's must equal.
+    commands = {name: start_cli(*on_warm, f"hydra.sweep.dir={tmp_path / name}") for name in ("a", "b")}
     try:
-        wait_for(lambda: (read_state(state_path) or state).holder is not None, 120, "the first's lease")
-        leased = [p.pid for p in session_processes(state.pid, "ray::AgentWorker")]
-        # A second command meanwhile starts workers of its own on the same Ray: the pool's way of a cold
-        # start, whose rows the first command's must equal.
-        second = subprocess.run([sys.executable, "-m", "harness", *on_warm,
-                                 f"hydra.sweep.dir={tmp_path}/second"],
-                                cwd=ROOT, capture_output=True, text=True, timeout=300)
-        first_out, _ = first.communicate(timeout=300)
+        output = {name: command.communicate(timeout=300)[0] for name, command in commands.items()}
     finally:
-        stop_session(first)
-    assert first.returncode == 0 and second.returncode == 0, first_out[-2000:] + second.stdout[-2000:]
-    assert "on the warm pool: generation 1, 1 agent workers" in first_out
-    assert "the warm pool is not used: another command holds it" in second.stdout
-    assert "on the warm pool" not in second.stdout
+        for command in commands.values():
+            stop_session(command)
+    assert all(command.returncode == 0 for command in commands.values()), output
+    [warm_one] = [name for name, out in output.items() if "on the warm pool: generation 1, 1 agent" in out]
+    [cold_one] = [name for name, out in output.items() if "pool is not used: another command holds" in out]
+    assert "on the warm pool" not in output[cold_one]
     for job in ("0", "1"):
         for name in ("episodes", "attempts", "llm_calls", "transcripts", "memory_events", "runs"):
-            first_rows, second_rows = (rows(tmp_path / run, job, name) for run in ("first", "second"))
-            assert first_rows.equals(second_rows), (job, name)
+            warm_rows, cold_rows = (rows(tmp_path / run, job, name) for run in (warm_one, cold_one))
+            assert warm_rows.equals(cold_rows), (job, name)
     # Given back, the generation is gone with its processes, and the next one is started for the next command.
     wait_for(lambda: (read_state(state_path) or state).generation == 2, 60, "the next generation")
     assert leased and not any(psutil.pid_exists(pid) and pid in _pids(state.pid) for pid in leased)
