@@ -30,6 +30,23 @@ def start_cli(*overrides: str) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
+def start_cli_logged(log: Path, *overrides: str) -> subprocess.Popen[str]:
+    """start_cli, its output into `log`: for a run left to itself while the test does something else
+    (a pipe nobody reads would stop it once full). `finish_logged` waits for it."""
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "harness", *overrides], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish_logged(process: subprocess.Popen[str], log: Path, timeout: float = 300) -> str:
+    """Wait for a run of `start_cli_logged` (kill what is left of it, however this ends): its output."""
+    try:
+        process.wait(timeout=timeout)
+    finally:
+        stop_session(process)
+    return log.read_text()
+
+
 def run_cli(*overrides: str, timeout: float = 300,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=ROOT, capture_output=True,

@@ -18,11 +18,14 @@ from harness.tables.records import TABLES
 from tests.processes import (
     QUIET,
     ROOT,
+    finish_logged,
     finished_so_far,
     kill_9,
     run_cli,
     session_processes,
     start_cli,
+    start_cli_logged,
+    stop_session,
     wait_for,
 )
 
@@ -60,17 +63,23 @@ def test_an_outside_agents_snapshot_is_evaluated_on_held_out_tasks_and_started_f
     lessons = json.loads((source / final["path"] / "files" / "lessons.json").read_text())
     assert len(lessons) == (~read_table(source, "episodes")["success"]).sum() > 0
 
-    evaluation = tmp_path / "evaluation"
-    evaluated = subprocess.run([sys.executable, "-m", "harness.evaluate", str(source), "--views", "id",
-                                "--snapshots", "final", "--tasks", "3", "--out", str(evaluation)], cwd=ROOT,
-                               capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert evaluated.returncode == 0, evaluated.stdout[-2000:] + evaluated.stderr[-2000:]
+    # The evaluation and the run started from the snapshot only read the source: they run at once.
+    evaluation, carried, log = tmp_path / "evaluation", tmp_path / "carried", tmp_path / "evaluation.log"
+    with log.open("w") as out:
+        evaluating = subprocess.Popen([sys.executable, "-m", "harness.evaluate", str(source), "--views", "id",
+                                       "--snapshots", "final", "--tasks", "3", "--out", str(evaluation)],
+                                      cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True)
+    try:
+        done = run_cli("variant=lessons", EXAMPLES, *SCRIPTED, "stream.num_tasks=2",
+                       f"variant.start_from={source}@final", f"hydra.run.dir={carried}")
+        evaluated = finish_logged(evaluating, log)
+    finally:
+        stop_session(evaluating)
+    assert evaluating.returncode == 0, evaluated[-3000:]
     assert lessons_in_every_act_prompt(evaluation, lessons[-1])
     assert set(read_table(evaluation, "llm_calls")["purpose"]) == {"act"}  # frozen: nothing learnt
 
-    carried = tmp_path / "carried"
-    done = run_cli("variant=lessons", EXAMPLES, *SCRIPTED, "stream.num_tasks=2",
-                   f"variant.start_from={source}@final", f"hydra.run.dir={carried}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert lessons_in_every_act_prompt(carried, lessons[-1])
 
@@ -87,9 +96,21 @@ def test_an_interrupted_outside_agent_run_resumes_to_the_tables_of_an_uninterrup
     run = [*SCRIPTED, "variant=lessons_process", EXAMPLES, "stream.num_tasks=10",
            "model.scripted.latency_s=0.1", "output.flush_interval_s=0.2"]
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
-    done = run_cli(*run, f"hydra.run.dir={reference}")
-    assert done.returncode == 0, done.stdout[-2000:]
+    log = tmp_path / "reference.log"
+    uninterrupted = start_cli_logged(log, *run, f"hydra.run.dir={reference}")  # alongside, in its own session
+    try:
+        interrupt_and_resume(run, interrupted)
+        output = finish_logged(uninterrupted, log)
+    finally:
+        stop_session(uninterrupted)
+    assert uninterrupted.returncode == 0, output[-2000:]
+    for name in TABLES:
+        assert table(interrupted, name).equals(table(reference, name)), name
 
+
+def interrupt_and_resume(run: list[str], interrupted: Path) -> None:
+    """The run into `interrupted`: an agent worker killed after 3 episodes, a SIGTERM after 6, then the
+    printed resume command (unless it had finished); nothing of it left running."""
     process = start_cli(*run, f"hydra.run.dir={interrupted}")
     try:
         wait_for(lambda: finished_so_far(interrupted) >= 3, 240, "3 episodes")
@@ -107,8 +128,6 @@ def test_an_interrupted_outside_agent_run_resumes_to_the_tables_of_an_uninterrup
         done = run_cli(*resume[3:])
         assert done.returncode == 0, done.stdout[-2000:]
     wait_for(lambda: not session_processes(process.pid, ""), 30, "nothing of the run left")
-    for name in TABLES:
-        assert table(interrupted, name).equals(table(reference, name)), name
 
 
 def table(run_dir: Path, name: str) -> pl.DataFrame:
