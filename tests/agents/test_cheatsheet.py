@@ -252,7 +252,7 @@ def test_a_run_started_from_a_snapshot_begins_with_the_sources_cheatsheet(mode, 
 
 
 ENVS = {"countries": [], "reasoning_gym": [], "textworld": [], "tools": [], "safety": [],
-        "jsonl": [f"env.path={SAMPLE_TASKS}"], "scienceworld": [],
+        "jsonl": [f"env.path={SAMPLE_TASKS}"], "scienceworld": ["env.max_steps=3", "env.warm_jvms=0"],
         # the two: `env=reasoning_gym env.datasets=[puzzle24]` and `[countdown]`
         "puzzle24": ["env.datasets=[puzzle24]", "env.size=12"],
         "countdown": ["env.datasets=[countdown]", "env.size=12"]}
