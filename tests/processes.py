@@ -47,6 +47,29 @@ def finish_logged(process: subprocess.Popen[str], log: Path, timeout: float = 30
     return log.read_text()
 
 
+class StartedCli:
+    """A command started now and left to run, its output into files under `directory` (a pipe nobody
+    reads would stop it once full), its run directory `directory/run`: for commands that need nothing
+    of each other, started together so that each pays Python's, Ray's and the pool's start while the
+    others do. `result()` waits for it and gives what run_cli would have."""
+
+    def __init__(self, directory: Path, *overrides: str, env: dict[str, str] | None = None) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.run_dir, self.out, self.err = directory / "run", directory / "stdout", directory / "stderr"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.process = subprocess.Popen([sys.executable, "-m", "harness", *overrides,
+                                             f"hydra.run.dir={self.run_dir}"], cwd=ROOT, stdout=out,
+                                            stderr=err, text=True, start_new_session=True, env=env)
+
+    def result(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            stop_session(self.process)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, self.out.read_text(),
+                                           self.err.read_text())
+
+
 def run_cli(*overrides: str, timeout: float = 300,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=ROOT, capture_output=True,

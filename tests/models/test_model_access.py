@@ -16,7 +16,7 @@ import pytest
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest, ModelUnavailable
 from tests.conftest import run_variant, scripted_settings
-from tests.processes import QUIET, run_cli
+from tests.processes import QUIET, StartedCli, run_cli, stop_session
 
 NO_KEYS = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
 
@@ -73,23 +73,43 @@ def byo_settings(api_base: str):
                              "model.retry_backoff_s=0.01")
 
 
-@pytest.mark.parametrize("model, variable", [("openai/gpt-4o-mini", "OPENAI_API_KEY"),
-                                             ("anthropic/claude-3-5-haiku-20241022", "ANTHROPIC_API_KEY")])
-def test_a_missing_key_fails_in_one_line_before_any_episode_runs(tmp_path, model, variable):
+MISSING_KEYS = {"openai/gpt-4o-mini": "OPENAI_API_KEY",
+                "anthropic/claude-3-5-haiku-20241022": "ANTHROPIC_API_KEY"}
+MOSTLY_FAILING = ["model=scripted", "embedder=hashing", "model.scripted.fail_rate=1.0",
+                  "model.scripted.fail_attempts=100", "model.max_retries=0", "stream.num_tasks=4",
+                  "cache.enabled=false"]
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory) -> Iterator[dict[str, StartedCli]]:
+    """The command-line runs of the tests below that need no server of their own, all started at
+    once (each into a directory of its own): a test waits for its own."""
+    root = tmp_path_factory.mktemp("commands")
+    started = {model: StartedCli(root / model.replace("/", "-"), "model=litellm", f"model.name={model}",
+                                 *QUIET, env=NO_KEYS) for model in MISSING_KEYS}
+    started["embedder"] = StartedCli(root / "embedder", "model=scripted", "variant=memory",
+                                     "embedder=litellm", *QUIET, env=NO_KEYS)
+    started["mostly failing"] = StartedCli(root / "mostly-failing", *MOSTLY_FAILING, *QUIET)
+    yield started
+    for command in started.values():
+        stop_session(command.process)
+
+
+@pytest.mark.parametrize("model, variable", MISSING_KEYS.items())
+def test_a_missing_key_fails_in_one_line_before_any_episode_runs(commands, model, variable):
     # The check runs on the pool's worker (the driver never imports litellm), so Ray has started,
     # but nothing is sent and nothing is written.
-    result = run_cli("model=litellm", f"model.name={model}", *QUIET, f"hydra.run.dir={tmp_path / 'run'}",
-                     timeout=120, env=NO_KEYS)
+    run = commands[model]  # model=litellm model.name=<model>, with no *_API_KEY set
+    result = run.result(timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"error: invalid config: model.name: {model} needs {variable}, which is not set; export it, or "
         "point model.api_base at a server that needs no key")
-    assert not (tmp_path / "run" / "manifest.json").exists() and not (tmp_path / "run" / "episodes").exists()
+    assert not (run.run_dir / "manifest.json").exists() and not (run.run_dir / "episodes").exists()
 
 
-def test_an_embedder_without_its_key_is_named(tmp_path):
-    result = run_cli("model=scripted", "variant=memory", "embedder=litellm", *QUIET,
-                     f"hydra.run.dir={tmp_path / 'run'}", timeout=120, env=NO_KEYS)
+def test_an_embedder_without_its_key_is_named(commands):
+    result = commands["embedder"].result(timeout=120)  # variant=memory embedder=litellm, with no key set
     assert result.returncode == 2
     assert result.stderr.startswith(
         "error: invalid config: embedder.name: openai/text-embedding-3-small needs OPENAI_API_KEY")
@@ -133,10 +153,8 @@ def test_the_cli_stops_on_a_rejected_key_with_one_line_and_a_resume_command(serv
     assert time.monotonic() - clock < 90
 
 
-def test_a_run_whose_calls_mostly_failed_says_so_and_exits_non_zero(tmp_path):
-    result = run_cli("model=scripted", "embedder=hashing", "model.scripted.fail_rate=1.0",
-                     "model.scripted.fail_attempts=100", "model.max_retries=0", "stream.num_tasks=4",
-                     "cache.enabled=false", *QUIET, f"hydra.run.dir={tmp_path / 'run'}", timeout=180)
+def test_a_run_whose_calls_mostly_failed_says_so_and_exits_non_zero(commands):
+    result = commands["mostly failing"].result(timeout=180)  # MOSTLY_FAILING: every call fails, none retried
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(
         "error: 4 of 4 model calls failed (most often: RateLimitError:")
