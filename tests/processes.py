@@ -55,11 +55,15 @@ class StartedCli:
 
     def __init__(self, directory: Path, *overrides: str, env: dict[str, str] | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.run_dir, self.out, self.err = directory / "run", directory / "stdout", directory / "stderr"
+        self.out, self.err = directory / "stdout", directory / "stderr"
+        sweep = "-m" in overrides
+        self.run_dir = directory / ("sweep" if sweep else "run")
+        """The run's directory (a sweep's, `directory/sweep`, when the overrides hold -m)."""
+        where = f"hydra.{'sweep' if sweep else 'run'}.dir={self.run_dir}"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", "harness", *overrides,
-                                             f"hydra.run.dir={self.run_dir}"], cwd=ROOT, stdout=out,
-                                            stderr=err, text=True, start_new_session=True, env=env)
+            self.process = subprocess.Popen([sys.executable, "-m", "harness", *overrides, where], cwd=ROOT,
+                                            stdout=out, stderr=err, text=True, start_new_session=True,
+                                            env=env)
 
     def result(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         try:

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -17,6 +18,7 @@ from harness.driver.run import run
 from harness.models.model_server import LocalModelServer, ModelServerError
 from harness.tables.records import TABLES
 from tests.conftest import scripted_settings
+from tests.processes import StartedCli, stop_session
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,13 +87,31 @@ def test_cli_rejects_a_bad_value_in_one_line_before_starting_anything(tmp_path):
     assert "Ray" not in result.stdout and not (tmp_path / "run" / "manifest.json").exists()
 
 
-def test_the_stock_sequential_launcher_still_runs_one_job_per_seed(tmp_path):
-    result = harness_cli("-m", "hydra/launcher=basic", "seed=0,1", "model=scripted", "stream.num_tasks=3",
-                         "progress=false", "cache.enabled=false", "ray.include_dashboard=false",
-                         f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
+SEQUENTIAL = ["-m", "hydra/launcher=basic", "seed=0,1", "model=scripted", "stream.num_tasks=3",
+              "progress=false", "cache.enabled=false", "ray.include_dashboard=false"]
+ALL_FAILING = ["-m", "stream.num_tasks=100000,200000", "model=scripted", "embedder=hashing", "progress=false",
+               "ray.include_dashboard=false"]
+ONE_FAILING = ["-m", "seed=0,1", "stream.num_tasks=8,100000", "model=scripted",
+               "model.scripted.latency_s=0.3", "cache.enabled=false", "ray.include_dashboard=false"]
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory) -> Iterator[dict[str, StartedCli]]:
+    """The sweeps of the tests below, all started at once (each into a directory of its own): a test
+    waits for its own."""
+    root = tmp_path_factory.mktemp("sweeps")
+    started = {name: StartedCli(root / name, *overrides) for name, overrides in
+               (("sequential", SEQUENTIAL), ("all failing", ALL_FAILING), ("one failing", ONE_FAILING))}
+    yield started
+    for sweep in started.values():
+        stop_session(sweep.process)
+
+
+def test_the_stock_sequential_launcher_still_runs_one_job_per_seed(sweeps):
+    result, sweep = sweeps["sequential"].result(), sweeps["sequential"].run_dir  # SEQUENTIAL
     assert result.returncode == 0, result.stderr[-2000:]
     for job, seed in (("0", 0), ("1", 1)):
-        episodes = ds.dataset(tmp_path / job / "episodes").to_table()
+        episodes = ds.dataset(sweep / job / "episodes").to_table()
         assert episodes.num_rows == 3 and set(episodes["seed"].to_pylist()) == {seed}
     assert result.stdout.count("success_rate") == 2 and "tables in" in result.stdout
 
@@ -150,21 +170,17 @@ def test_ctrl_c_on_a_sweep_says_so_once_and_marks_every_job_interrupted(tmp_path
         assert 0 < manifest["tables"]["episodes"] < 200
 
 
-def test_a_sweep_whose_jobs_all_fail_says_so_and_points_at_no_tables(tmp_path):
-    result = harness_cli("-m", "stream.num_tasks=100000,200000", "model=scripted", "embedder=hashing",
-                         "progress=false", "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}",
-                         cwd=ROOT)
+def test_a_sweep_whose_jobs_all_fail_says_so_and_points_at_no_tables(sweeps):
+    result = sweeps["all failing"].result()  # ALL_FAILING: both jobs ask for more tasks than there are
     output = result.stdout + result.stderr
     assert result.returncode == 1 and "exceeds the" in output
     assert "2 of 2 jobs failed (see each job's line above)" in output and "nothing to compare" in output
     assert "harness.report" not in output and "sweep tables in" not in output and "the others'" not in output
 
 
-def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(tmp_path):
-    result = harness_cli("-m", "seed=0,1", "stream.num_tasks=8,100000", "model=scripted",
-                         "model.scripted.latency_s=0.3", "cache.enabled=false",
-                         "ray.include_dashboard=false", f"hydra.sweep.dir={tmp_path}", cwd=ROOT)
-    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(sweeps):
+    result, sweep = sweeps["one failing"].result(), sweeps["one failing"].run_dir  # ONE_FAILING
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     finished = [json.loads((j / "manifest.json").read_text()) for j in jobs if (j / "manifest.json").exists()]
     assert len(jobs) == 4 and len(finished) == 2  # the two jobs with 100000 tasks fail validation
     assert result.returncode != 0 and "exceeds the" in result.stdout + result.stderr
@@ -172,7 +188,7 @@ def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(t
     latest_start = max(m["started_at"] for m in finished)
     earliest_end = min(m["finished_at"] for m in finished)
     assert latest_start < earliest_end  # the jobs overlapped in time
-    assert (tmp_path / "multirun.yaml").exists() and all((j / ".hydra").is_dir() for j in jobs)
+    assert (sweep / "multirun.yaml").exists() and all((j / ".hydra").is_dir() for j in jobs)
     summary = result.stdout[result.stdout.index("success_rate"):]
     assert "│ baseline ┆ 0 " in summary and "│ baseline ┆ 1 " in summary
     # One live view: each finished job reported once, by the launcher, with its figures and output dir.
