@@ -100,7 +100,7 @@ def sweeps(tmp_path_factory) -> Iterator[dict[str, StartedCli]]:
     """The sweeps of the tests below, all started at once (each into a directory of its own): a test
     waits for its own."""
     root = tmp_path_factory.mktemp("sweeps")
-    started = {name: StartedCli(root / name, *overrides) for name, overrides in
+    started = {name: StartedCli(root / name.replace(" ", "-"), *overrides) for name, overrides in
                (("sequential", SEQUENTIAL), ("all failing", ALL_FAILING), ("one failing", ONE_FAILING))}
     yield started
     for sweep in started.values():
