@@ -18,6 +18,8 @@ import os
 import random
 import shlex
 import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +29,11 @@ from harness.tables.reading import read_table
 from harness.tables.records import TABLES
 from tests.processes import (
     QUIET,
-    finish_logged,
+    ROOT,
     finished_so_far,
     kill_9,
     session_processes,
     start_cli,
-    start_cli_logged,
     stop_session,
     wait_for,
 )
@@ -119,33 +120,24 @@ def run_with_events(command: list[str], sweep: Path, pending: list[Event], log: 
     return process.returncode, output
 
 
-def interrupted_sweep(sweep: Path, events: list[Event], log: list[str], replay: str) -> None:
-    """The sweep into `sweep`, the events made to happen, resumed with the printed command whenever
-    one stopped it, until it ends by itself."""
-    pending = list(events)
+def test_random_kills_and_a_sigterm_leave_the_tables_of_an_uninterrupted_sweep(tmp_path):
+    events = schedule(SEED)
+    replay = f"HARNESS_CHAOS_SEED={SEED}: {events}"
+    reference = tmp_path / "reference"
+    clean = subprocess.run([sys.executable, "-m", "harness", *SWEEP, f"hydra.sweep.dir={reference}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-2000:]
+
+    sweep, log, pending = tmp_path / "chaos", [], list(events)
     command = [*SWEEP, f"hydra.sweep.dir={sweep}"]
     for _ in range(len(events) + 2):
         code, output = run_with_events(command, sweep, pending, log, replay)
         if code == 0:
-            return
+            break
         assert code in (1, 143), f"{replay}; {log}\n{output[-3000:]}"
         command = resume_command(output)
-    raise AssertionError(f"the sweep does not end ({replay}; {log})")
-
-
-def test_random_kills_and_a_sigterm_leave_the_tables_of_an_uninterrupted_sweep(tmp_path):
-    events = schedule(SEED)
-    replay = f"HARNESS_CHAOS_SEED={SEED}: {events}"
-    reference, reference_log = tmp_path / "reference", tmp_path / "reference.log"
-    sweep, log = tmp_path / "chaos", []
-    # The uninterrupted sweep runs alongside, in a session of its own (no event reaches it).
-    clean = start_cli_logged(reference_log, *SWEEP, f"hydra.sweep.dir={reference}")
-    try:
-        interrupted_sweep(sweep, events, log, replay)
-        clean_output = finish_logged(clean, reference_log, timeout=600)
-    finally:
-        stop_session(clean)
-    assert clean.returncode == 0, clean_output[-3000:]
+    else:
+        raise AssertionError(f"the sweep does not end ({replay}; {log})")
 
     assert log, f"no event happened ({replay})"
     print(f"chaos {replay}; happened: {log}")  # shown with -s

@@ -13,11 +13,9 @@ import pytest
 from harness.tables.resume import drop_orphans, finished_episodes
 from harness.tables.writer import TableWriter
 from tests.processes import (
-    finish_logged,
     kill_9,
     session_processes,
     start_cli,
-    start_cli_logged,
     stop_session,
     wait_for,
     wait_until_session_gone,
@@ -42,33 +40,18 @@ def wait_for_some_episodes(run_dir: Path, at_least: int) -> None:
     wait_for(lambda: len(finished_episodes(run_dir)) >= at_least, 180, f"{at_least} episodes")
 
 
-class Reference:
-    """The uninterrupted run, started by the first test that needs it and left to run alongside that
-    test's own run (in a session of its own: no kill reaches it); its rows once it has finished."""
-
-    def __init__(self, run_dir: Path, cache: Path) -> None:
-        self.run_dir, self.log = run_dir, run_dir.parent / "output.log"
-        self.process = start_cli_logged(self.log, *OPTIONS, f"cache.dir={cache}", f"hydra.run.dir={run_dir}")
-        self._rows: tuple[pl.DataFrame, pl.DataFrame] | None = None
-
-    def rows(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        if self._rows is None:
-            output = finish_logged(self.process, self.log)
-            assert self.process.returncode == 0, output[-2000:]
-            self._rows = rows(self.run_dir)
-        return self._rows
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    started = Reference(tmp_path_factory.mktemp("reference") / "run", tmp_path_factory.mktemp("cache-ref"))
-    yield started
-    stop_session(started.process)
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    process = start(run_dir, tmp_path_factory.mktemp("cache-ref"))
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-2000:]
+    return rows(run_dir)
 
 
-def same_rows(resumed: Path, reference: Reference) -> None:
+def same_rows(resumed: Path, reference) -> None:
     episodes, calls = rows(resumed)
-    ref_episodes, ref_calls = reference.rows()
+    ref_episodes, ref_calls = reference
     assert episodes["episode_id"].is_unique().all()
     columns = ["episode_id", "task_id", "probe", "response", "success", "total_tokens", "memory_size"]
     assert episodes.select(columns).equals(ref_episodes.select(columns))
@@ -88,12 +71,11 @@ def test_kill_9_of_the_whole_run_then_resume(tmp_path, reference):
         wait_until_session_gone(process.pid)
     finally:
         stop_session(process)
-    written_before_the_kill = len(finished_episodes(run_dir))
+    assert len(finished_episodes(run_dir)) < len(reference[0])
     again = start(run_dir, cache)
     output, _ = again.communicate(timeout=300)
     assert again.returncode == 0, output[-2000:]
     assert "resuming in" in output
-    assert written_before_the_kill < len(reference.rows()[0])
     same_rows(run_dir, reference)
 
 
@@ -118,7 +100,7 @@ def test_a_killed_agent_worker_is_restarted_and_the_run_finishes_by_itself(tmp_p
     finally:
         stop_session(process)
     assert process.returncode == 0, output[-2000:]
-    assert len(finished_episodes(run_dir)) == len(reference.rows()[0])
+    assert len(finished_episodes(run_dir)) == len(reference[0])
     same_rows(run_dir, reference)
     interrupted = run_dir / "interrupted_calls"
     if interrupted.is_dir() and list(interrupted.glob("*.parquet")):
