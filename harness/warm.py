@@ -97,10 +97,17 @@ def start(state_path: Path, workers: int | None, idle_minutes: float, dashboard:
     return 1
 
 
-def status(state_path: Path) -> int:
+def _running(state_path: Path) -> WarmState | None:
+    """The warm pool at `state_path`, or None (and it says so)."""
     state = read_state(state_path)
     if state is None:
         print(f"no warm pool runs here ({state_path})")
+    return state
+
+
+def status(state_path: Path) -> int:
+    state = _running(state_path)
+    if state is None:
         return 1
     held = f"leased by {state.holder}" if state.holder else f"idle for {state.idle_s:.0f} s"
     print(f"warm pool: Ray at {state.address}, {state.workers} agent workers, generation {state.generation} "
@@ -111,9 +118,8 @@ def status(state_path: Path) -> int:
 
 def stop(state_path: Path) -> int:
     """SIGTERM to the pool's process, which shuts its Ray down and ends every process of it."""
-    state = read_state(state_path)
+    state = _running(state_path)
     if state is None:
-        print(f"no warm pool runs here ({state_path})")
         return 0
     with contextlib.suppress(psutil.Error):
         process = psutil.Process(state.pid)

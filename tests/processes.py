@@ -30,11 +30,12 @@ def start_cli(*overrides: str) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
-def start_cli_logged(log: Path, *overrides: str) -> subprocess.Popen[str]:
-    """start_cli, its output into `log`: for a run left to itself while the test does something else
-    (a pipe nobody reads would stop it once full). `finish_logged` waits for it."""
+def start_cli_logged(log: Path, *args: str, module: str = "harness") -> subprocess.Popen[str]:
+    """`python -m <module> args` as start_cli starts it, its output into `log`: for a run left to
+    itself while the test does something else (a pipe nobody reads would stop it once full).
+    `finish_logged` waits for it."""
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "harness", *overrides], cwd=ROOT, stdout=out,
+        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 

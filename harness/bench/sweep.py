@@ -538,16 +538,13 @@ def _section(plan: list[tuple[str, int]], tasks: int, latency_s: float, max_conc
         rows = []
         for kind, n in plan:
             overrides = _model_overrides(server, tasks, max_concurrency) + (warm.overrides() if warm else [])
-            name = f"sweep-{n}" if kind == "sweep" else f"runs-{n}"
+            out = directory / f"{'sweep' if kind == 'sweep' else 'runs'}-{n}{'-warm' if warm else ''}"
             if warm is not None:
-                kind, name = f"{kind} (warm)", f"{name}-warm"
                 warm.wait_ready()
-            if kind.startswith("sweep"):
-                out = directory / name
+            if kind == "sweep":
                 argv = [sys.executable, "-m", "harness", "-m", *overrides, f"seed=range({n})",
                         f"hydra.sweep.dir={out}"]
             else:
-                out = directory / name
                 argv = [sys.executable, "-m", "harness", *overrides,
                         f"seeds=[{','.join(str(s) for s in range(n))}]", f"hydra.run.dir={out}"]
             measured = measure(argv, server, directory / f"{out.name}.log", timeout_s,
@@ -555,7 +552,7 @@ def _section(plan: list[tuple[str, int]], tasks: int, latency_s: float, max_conc
                                also=(warm.pid,) if warm else ())
             results = (read_results(out) if out.is_dir()
                        else Results(jobs=0, runs=0, calls=0, chain=0, episodes=0, window_s=None))
-            row = _row(kind, n, measured, results, latency_s, max_concurrency)
+            row = _row(f"{kind} (warm)" if warm else kind, n, measured, results, latency_s, max_concurrency)
             rows.append(row)
             if echo:
                 print(table([row]), flush=True)

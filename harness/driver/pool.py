@@ -94,8 +94,7 @@ def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
     limits, hub, workers = spawn_pool_actors(name, min(size, agent_runs) if agent_runs else size)
     stack.callback(ray.kill, limits)
     stack.callback(ray.kill, hub)
-    # A SIGTERM or SIGHUP flushes every job's rows at once, before a second signal may end it all.
-    stack.callback(signals.on_first_signal(lambda: ray.get(hub.flush_all.remote(), timeout=60)))
+    flush_on_signal(hub, stack)
     for actor in workers:
         stack.callback(ray.kill, actor)
     return AgentPool(name, hub, workers, ())
@@ -117,6 +116,12 @@ def spawn_pool_actors(name: str, size: int) -> tuple[ray.actor.ActorHandle, ray.
     workers = [worker.options(name=worker_name(name, i), scheduling_strategy="SPREAD")
                .remote(hub_name(name), name) for i in range(size)]
     return limits, hub, workers
+
+
+def flush_on_signal(hub: ray.actor.ActorHandle, stack: contextlib.ExitStack) -> None:
+    """A SIGTERM or SIGHUP flushes every job's rows at once, before a second signal may end it all;
+    until `stack` closes."""
+    stack.callback(signals.on_first_signal(lambda: ray.get(hub.flush_all.remote(), timeout=60)))
 
 
 def hub_name(pool: str) -> str:

@@ -38,8 +38,14 @@ import ray
 from pydantic import BaseModel
 
 from harness.config import RaySettings
-from harness.driver import signals
-from harness.driver.pool import AgentPool, hub_name, spawn_pool_actors, start_workers, worker_name
+from harness.driver.pool import (
+    AgentPool,
+    flush_on_signal,
+    hub_name,
+    spawn_pool_actors,
+    start_workers,
+    worker_name,
+)
 from harness.driver.startup import changed_modules
 from harness.errors import RunAborted, one_line
 from harness.files import replace_atomically
@@ -113,12 +119,11 @@ def usable_state(path: Path) -> WarmState:
 
 @dataclass(frozen=True)
 class Grant:
-    """A leased generation: its actors' names (in WARM_NAMESPACE)."""
+    """A leased generation: its pool's name (its actors are named after it, in WARM_NAMESPACE)."""
 
     generation: int
-    limits: str
-    hub: str
-    workers: tuple[str, ...]
+    name: str
+    workers: int
     note: str | None = None
 
 
@@ -166,37 +171,37 @@ class WarmKeeper:
         self._generation = 0
         self._ready = 0
         """The last generation whose every actor answered (its imports paid)."""
-        self._actors: tuple[Any, Any, list[Any]] = self._spawn()
+        self._actors: list[Any] = self._spawn()
         self._lease = Lease(released=time.monotonic())
         self._granting = False
         """A lease is being granted (its generation awaited): its holder cannot renew it yet."""
 
-    def _spawn(self) -> tuple[Any, Any, list[Any]]:
+    @property
+    def _name(self) -> str:
+        return f"harness-warm-{self._generation}"
+
+    def _spawn(self) -> list[Any]:
+        """The next generation's actors (limits, hub, workers), started; noted ready once they answer."""
         self._generation += 1
-        actors = spawn_pool_actors(f"harness-warm-{self._generation}", self._size)
+        limits, hub, workers = spawn_pool_actors(self._name, self._size)
+        actors = [limits, hub, *workers]
         with contextlib.suppress(RuntimeError):  # no event loop yet: the constructor's; `start` waits
             asyncio.get_running_loop().create_task(self._note_ready(self._generation, actors))
         return actors
 
-    async def _note_ready(self, generation: int, actors: tuple[Any, Any, list[Any]]) -> None:
-        limits, hub, workers = actors
+    async def _note_ready(self, generation: int, actors: list[Any]) -> None:
         with contextlib.suppress(ray.exceptions.RayError):  # killed before it was ready
-            await asyncio.gather(*(actor.__ray_ready__.remote() for actor in (limits, hub, *workers)))
+            await _answered(actors)
             self._ready = max(self._ready, generation)
 
     def _replace(self) -> None:
         """Kill the generation (with whatever it still runs) and start the next."""
-        limits, hub, workers = self._actors
-        for actor in (*workers, hub, limits):
+        for actor in self._actors:
             ray.kill(actor)
         self._actors = self._spawn()
 
-    def _every_actor(self) -> list[Any]:
-        limits, hub, workers = self._actors
-        return [limits, hub, *workers]
-
     async def ready(self) -> None:
-        await asyncio.gather(*(actor.__ray_ready__.remote() for actor in self._every_actor()))
+        await _answered(self._actors)
 
     async def start(self) -> None:
         """Once its first generation is ready: the idle time counts from here."""
@@ -220,8 +225,7 @@ class WarmKeeper:
             note = None
             await self.ready()
             changed = sorted({path for found in await asyncio.gather(
-                *(actor.__ray_call__.remote(changed_modules) for actor in self._every_actor()))
-                for path in found})
+                *(actor.__ray_call__.remote(changed_modules) for actor in self._actors)) for path in found})
             if changed:
                 self._replace()
                 await self.ready()
@@ -232,9 +236,7 @@ class WarmKeeper:
         finally:
             self._granting = False
         self._lease.renew(holder, time.monotonic())
-        name = f"harness-warm-{self._generation}"
-        workers = tuple(worker_name(name, i) for i in range(self._size))
-        return Grant(self._generation, name, hub_name(name), workers, note)
+        return Grant(self._generation, self._name, self._size, note)
 
     def renew(self, holder: str) -> bool:
         return self._lease.renew(holder, time.monotonic())
@@ -253,6 +255,11 @@ class WarmKeeper:
             self._replace()
         return {"generation": self._generation, "ready": self._ready == self._generation,
                 "holder": self._lease.holder, "idle_s": self._lease.idle_s(now)}
+
+
+async def _answered(actors: list[Any]) -> None:
+    """Once every one of `actors` has answered (its constructor, and so its imports, done)."""
+    await asyncio.gather(*(actor.__ray_ready__.remote() for actor in actors))
 
 
 def open_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str,
@@ -291,13 +298,13 @@ def lease_warm_pool(stack: contextlib.ExitStack, num_workers: int | None,
             ray.get(keeper.release.remote(holder), timeout=30)
 
     stack.callback(give_back)
-    hub = ray.get_actor(grant.hub)
-    stack.callback(signals.on_first_signal(lambda: ray.get(hub.flush_all.remote(), timeout=60)))
-    size = min(n for n in (num_workers, agent_runs, len(grant.workers)) if n)
+    hub = ray.get_actor(hub_name(grant.name))
+    flush_on_signal(hub, stack)
+    size = min(n for n in (num_workers, agent_runs, grant.workers) if n)
     if grant.note:
         print(grant.note, flush=True)
     print(f"on the warm pool: generation {grant.generation}, {size} agent workers", flush=True)
-    return AgentPool(grant.limits, hub, [ray.get_actor(name) for name in grant.workers[:size]], ())
+    return AgentPool(grant.name, hub, [ray.get_actor(worker_name(grant.name, i)) for i in range(size)], ())
 
 
 def _renew(keeper: Any, holder: str, done: threading.Event) -> None:

@@ -65,11 +65,8 @@ def test_an_outside_agents_snapshot_is_evaluated_on_held_out_tasks_and_started_f
 
     # The evaluation and the run started from the snapshot only read the source: they run at once.
     evaluation, carried, log = tmp_path / "evaluation", tmp_path / "carried", tmp_path / "evaluation.log"
-    with log.open("w") as out:
-        evaluating = subprocess.Popen([sys.executable, "-m", "harness.evaluate", str(source), "--views", "id",
-                                       "--snapshots", "final", "--tasks", "3", "--out", str(evaluation)],
-                                      cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True)
+    evaluating = start_cli_logged(log, str(source), "--views", "id", "--snapshots", "final", "--tasks", "3",
+                                  "--out", str(evaluation), module="harness.evaluate")
     try:
         done = run_cli("variant=lessons", EXAMPLES, *SCRIPTED, "stream.num_tasks=2",
                        f"variant.start_from={source}@final", f"hydra.run.dir={carried}")
