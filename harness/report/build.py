@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from harness.report.compare import evolution_metrics, noise_floor, paired_comparisons
+from harness.report.compare import Comparisons, evolution_metrics, noise_floor, paired_comparisons
 from harness.report.html import write_html
 from harness.report.parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
-from harness.report.stats import bootstrap_ci
+from harness.report.stats import group_interval
 from harness.tables.costs import known_sum, total_cost
 from harness.tables.reading import read_table, read_tables
 from harness.tables.records import PURPOSES, TABLES
@@ -114,14 +114,24 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("protocol").unique().sort().str.join("/"), *models,
     ).with_columns(overhead_share=pl.col("overhead_tokens")
                    / (pl.col("act_tokens") + pl.col("overhead_tokens"))).sort(keys))
-    lows, highs = [], []
-    for row in table.iter_rows(named=True):
-        mask = pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys])
-        low, high = bootstrap_ci(evaluated.filter(mask)["success"].cast(pl.Float64).to_numpy())
-        lows.append(low)
-        highs.append(high)
-    table = table.with_columns(ci_low=pl.Series(lows), ci_high=pl.Series(highs))
+    intervals = [_interval_of(evaluated.filter(_same(row, keys))) for row in table.iter_rows(named=True)]
+    table = table.with_columns(runs=pl.Series([runs for runs, *_ in intervals], dtype=pl.Int64),
+                               ci_low=pl.Series([low for _, low, _, _ in intervals], dtype=pl.Float64),
+                               ci_high=pl.Series([high for *_, high, _ in intervals], dtype=pl.Float64),
+                               ci_over=pl.Series([over for *_, over in intervals], dtype=pl.String))
+    first = [*keys, "seeds", "runs", "episodes", "success_rate", "ci_low", "ci_high", "ci_over"]
+    table = table.select(*first, pl.exclude(first))
     return table.join(skipped, on=keys, how="left").with_columns(pl.col("not_attempted").fill_null(0))
+
+
+def _same(row: dict, keys: list[str]) -> pl.Expr:
+    return pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys])
+
+
+def _interval_of(frame: pl.DataFrame) -> tuple[int, float | None, float | None, str]:
+    """A group's runs and its success interval with what it is over (harness.report.stats.group_interval)."""
+    low, high, over = group_interval(frame["success"].cast(pl.Float64).to_numpy(), frame["run_id"].to_numpy())
+    return frame["run_id"].n_unique(), low, high, over
 
 
 def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[float, pl.DataFrame]:
@@ -135,9 +145,10 @@ def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[
     keys = group_keys(episodes, REPORT_GROUPS)
     rows = []
     for group, frame in within.group_by(keys, maintain_order=True):
-        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
-        rows.append({**dict(zip(keys, group, strict=True)), "episodes": frame.height,
-                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+        runs, low, high, over = _interval_of(frame)
+        rows.append({**dict(zip(keys, group, strict=True)), "runs": runs, "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high,
+                     "ci_over": over})
     return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
 
 
@@ -230,15 +241,22 @@ def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
     varying = (f" Rows differ in `{'`, `'.join(keys)}`; `settings` labels the settings that "
                "vary between runs of the same variant (from each run directory's `runs` table)."
                if "settings" in episodes.columns else "")
-    return Section("Variants", "Success rate with a 95% bootstrap CI (BCa) over all evaluated episodes of "
-                   "the variant (seeds and tasks together). Overhead = every purpose but act." + varying,
-                   table, figure="cost_accuracy")
+    one_run = (" **Every group here is one agent run**: its interval says how sure that run's rate is "
+               "over its tasks, not how another run of the variant would do; run several seeds "
+               "(`seeds=[0,1,2,3,4,5]` or `-m seed=0,1,2,3,4,5`) to learn that."
+               if int(table["runs"].max()) < 2 else "")
+    return Section("Variants", "Success rate (over all evaluated episodes) with a 95% CI over the group's "
+                   "agent runs, the unit that was repeated: Student's t on the runs with a cluster-robust "
+                   "standard error (`ci_over`: how many runs). A group with one run gets the BCa bootstrap "
+                   "interval over that run's tasks instead, `ci_over` saying so. Overhead = every purpose "
+                   f"but act.{one_run}" + varying, table, figure="cost_accuracy")
 
 
 def matched_sections(learning: pl.DataFrame) -> list[Section]:
     """Accuracy at matched spend, in dollars where every cost is known (then in tokens too), else in
     tokens; the text says which and why."""
-    text = "Episodes finished within the largest cumulative spend every agent run reached"
+    text = ("Episodes finished within the largest cumulative spend every agent run reached (95% CI over the "
+            "group's runs, as in Variants)")
     spend, why = spend_unit(learning)
     budget, matched = matched_spend(learning)
     by_tokens = Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
@@ -269,30 +287,53 @@ def cost_headline(episodes: pl.DataFrame, calls: pl.DataFrame) -> str:
     return said
 
 
-def paired_section(episodes: pl.DataFrame, reference: str) -> Section:
-    comparisons = paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference)
+def comparisons_of(episodes: pl.DataFrame, reference: str) -> Comparisons:
+    """Every group against `reference` (harness/report/compare.py): the rows of `comparisons.parquet`."""
+    return paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference)
+
+
+SHOWN_COMPARISON = ("group", "reference", "runs", "tasks_per_run", "reference_rate", "rate", "difference",
+                    "ci_low", "ci_high", "p_value", "p_holm", "resolved", "design_effect", "noise_floor",
+                    "pairs", "gained", "lost", "p_episodes")
+"""The comparison columns report.md shows (comparisons.parquet has them all); `noise_floor` where measured."""
+
+
+def paired_section(episodes: pl.DataFrame, reference: str, comparisons: Comparisons | None = None) -> Section:
+    comparisons = comparisons_of(episodes, reference) if comparisons is None else comparisons
     table = None
     if not comparisons.table.is_empty():
         measured = comparisons.table["noise_floor"].null_count() < comparisons.table.height
-        floor = ["noise_floor"] if measured else []
-        table = comparisons.table.select(
-            "group", "reference", "pairs", "seeds", "reference_rate", "rate", "difference", "ci_low",
-            "ci_high", *floor, "gained", "lost", "p_value", "p_holm", "resolved")
+        table = comparisons.table.select([c for c in SHOWN_COMPARISON if c != "noise_floor" or measured])
     return Section(
         f"Paired differences against {reference}",
-        "Each group against the reference on the same tasks in the same order (episodes paired on seed, "
-        "order seed and stream position, after checking they hold the same task). Difference in success "
-        "with a 95% paired bootstrap CI (tasks resampled within each seed and order); `gained` / `lost`: "
-        "tasks only the group / only the reference solved; exact McNemar p-value, Holm-adjusted across "
-        "the rows (`p_holm`); `resolved`: p_holm < 0.05 and the CI excludes 0. Under the table, for each "
-        "row: the paired episodes a McNemar test needs to resolve a difference of the observed size with "
-        "the observed discordance (80% power, 5% two-sided). Where runs were repeated (stream.repeats) "
-        "episodes also pair on the repeat, and `noise_floor` is the larger test-retest flip rate of the "
-        "two groups: a difference below it is within the noise of running either twice, and its planning "
-        "line says so. Where both groups were repeated, the planning line uses the discordance measured "
-        "across repeats (every repeat of the group against every repeat of the reference on the same "
-        "task), the one a fresh pair of single runs would show, rather than that of the pairs in the table.",
+        "Each group against the reference, the agent run as the unit: runs pair on seed, order seed and "
+        "repeat (the same tasks in the same order, checked task by task; runs that differ are listed, never "
+        "paired), "
+        "and each pair of runs gives one difference in success over its tasks. What one run learnt early "
+        "shifts all its later tasks, so runs differ by more than their tasks show, and only the runs say how "
+        "another run would do (docs/report.md). `difference` with a 95% t interval over the paired runs "
+        "(`ci_low`, `ci_high`); `p_value`: the exact sign-flip test of the runs' differences, Holm-adjusted "
+        "across the rows (`p_holm`); `resolved`: p_holm < 0.05 and the interval excludes 0. Over n runs the "
+        "sign-flip test cannot go below 2 / 2^n (0.125 at 4 runs, 0.03125 at 6): fewer than 6 paired runs "
+        "can never resolve, and the row's line says so. `design_effect`: how many times the variance of a "
+        "run's difference exceeds what as many independent tasks would give (1 + (tasks per run - 1) x the "
+        "intraclass correlation). Within these runs only, never a verdict about a variant: `pairs` of "
+        "episodes, `gained` / `lost` (tasks only this group / only the reference solved) and `p_episodes`, "
+        "the exact McNemar test over those episode pairs. Under the table, per row: what its runs can show, "
+        "and how many paired runs of how many tasks would resolve its difference (80% power at 5%), from "
+        "the variance measured between and within its runs. Where runs were repeated (stream.repeats), "
+        "`noise_floor` is the larger test-retest flip rate of the two groups: a difference below it is "
+        "within the noise of running either twice. All columns: `comparisons.parquet` beside this report "
+        "(docs/columns.md).",
         table, [*comparisons.notes, *comparisons.plans])
+
+
+def write_comparisons(comparisons: Comparisons, path: Path) -> None:
+    """The verdicts as a table analysis code reads in one line (`pl.read_parquet`), written whole or not at
+    all; an empty table when nothing was compared, so its absence never means "not yet"."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    comparisons.table.write_parquet(temporary)
+    temporary.replace(path)
 
 
 def noise_section(learning: pl.DataFrame) -> Section | None:
@@ -315,7 +356,9 @@ def metrics_section(learning: pl.DataFrame) -> Section:
     shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
     return Section(
         "Self-evolution metrics",
-        "Per group, with 95% CIs in brackets (formulas in docs/report.md): `evolution_gain` = "
+        "Per group, with 95% CIs over its runs in brackets where it has two or more (t, cluster-robust; "
+        "one run has none: nothing says how another would differ) (formulas in docs/report.md): "
+        "`evolution_gain` = "
         "success sequential - isolated on the same tasks (when both scenarios ran); `adaptation_tasks` = "
         "tasks until the rolling success (10 tasks) first reaches 90% of its final level (mean over "
         "runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` = spread of the runs' success "
@@ -332,10 +375,11 @@ def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
     keys = [k for k in group_keys(episodes, REPORT_GROUPS) if k not in SNAPSHOT_COLUMNS]
     rows = []
     for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
-        low, high = bootstrap_ci(frame["success"].cast(pl.Float64).to_numpy())
+        runs, low, high, over = _interval_of(frame)
         rows.append({**dict(zip([*keys, "view", "snapshot_position"], group, strict=True)),
-                     "runs": frame["run_id"].n_unique(), "episodes": frame.height,
-                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high})
+                     "runs": runs, "episodes": frame.height,
+                     "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high,
+                     "ci_over": over})
     return pl.DataFrame(rows).sort([*keys, "view", "snapshot_position"])
 
 
@@ -376,13 +420,14 @@ def family_section(episodes: pl.DataFrame) -> Section | None:
     keys = [*group_keys(stream, REPORT_GROUPS), "family"]
     table = stream.group_by(keys).agg(pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
                                       pl.col("success").mean().alias("success_rate")).sort(keys)
-    intervals = [bootstrap_ci(stream.filter(pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys]))
-                              ["success"].cast(pl.Float64).to_numpy())
-                 for row in table.iter_rows(named=True)]
-    table = table.with_columns(success_rate_low=pl.Series([low for low, _ in intervals]),
-                               success_rate_high=pl.Series([high for _, high in intervals]))
-    return Section("By family", "Success rate per task family with a 95% bootstrap CI (BCa) over its "
-                   "evaluated episodes; families are as the environment names them (`episodes.family`).",
+    intervals = [_interval_of(stream.filter(_same(row, keys))) for row in table.iter_rows(named=True)]
+    table = table.with_columns(
+        success_rate_low=pl.Series([low for _, low, _, _ in intervals], dtype=pl.Float64),
+        success_rate_high=pl.Series([high for *_, high, _ in intervals], dtype=pl.Float64),
+        ci_over=pl.Series([over for *_, over in intervals], dtype=pl.String))
+    return Section("By family", "Success rate per task family with a 95% CI over the group's runs (t on "
+                   "their rates, as in the Variants table; over the one run's tasks where it has one, "
+                   "`ci_over` says which); families are as the environment names them (`episodes.family`).",
                    with_interval(table, ["success_rate"]))
 
 
@@ -506,14 +551,16 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
     if learning.is_empty():
         learning = episodes
     views = snapshot_views_table(episodes)
+    comparisons = comparisons_of(episodes, reference)
     sections = [variants_section(episodes, table), *matched_sections(learning),
-                paired_section(episodes, reference),
+                paired_section(episodes, reference, comparisons),
                 *[s for s in (noise_section(learning),) if s is not None], metrics_section(learning)]
     if views is not None:
         sections.append(Section(
             "Snapshots on held-out views", "Snapshots evaluated frozen (python -m harness.evaluate): `id` "
             "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
-            "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% bootstrap CI.", views,
+            "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% CI over runs (`ci_over`; "
+            "over the one run's tasks where there is one).", views,
             figure="snapshot_views"))
     mechanisms = (family_section(learning), purpose_section(learning, calls), edits_section(runs, learning),
                   prompt_search_section(runs, learning), safety_section(learning))
@@ -528,6 +575,7 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
     out.mkdir(parents=True, exist_ok=True)
     plot_cost_accuracy(table, out / "cost_accuracy.png")
     plot_learning_curves(learning, out / "learning_curves.png")
+    write_comparisons(comparisons, out / "comparisons.parquet")
     (out / "report.md").write_text(render_markdown(summary, [
         s if s.figure != "snapshot_views" else replace(s, figure=None) for s in sections]))
     if html:

@@ -1,12 +1,14 @@
 """Paired comparisons against a reference variant, and the self-evolution metrics.
 
-Both work on the report's episodes frame and its grouping keys (variant, the env / scenario /
-model when they vary, the settings label). Episodes pair on (seed, order_seed, stream_position)
-within the same env, scenario and model: runs that share a seed see the same tasks in the same
-order, which is checked task by task before anything is paired. Where runs were repeated
-(stream.repeats) they pair repeat by repeat, and each difference is shown beside the noise floor:
-the test-retest flip rate of the two groups (`noise_floor`). When both groups were repeated, the
-planning line under the table uses the discordance measured across repeats (`across_repeats`).
+Both work on the report's episodes frame and its grouping keys (variant, the env / scenario / model
+when they vary, the settings label), and both take the agent run as the unit (harness/report/stats.py
+says why). Two groups' runs pair on (seed, order_seed, repeat): runs that share them see the same tasks
+in the same order, which is checked task by task before anything is paired, and their episodes pair on
+the stream position. A comparison's verdict (`resolved`) comes from the paired runs: the difference
+with a t interval over runs and an exact sign-flip test of the runs' differences, Holm-adjusted across
+the rows. The episode-level view (McNemar over episode pairs, gained / lost, an interval over tasks) is
+kept beside it and said to be about these runs only. Where runs were repeated (stream.repeats) each
+difference is shown beside the noise floor: the test-retest flip rate of the two groups (`noise_floor`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ import numpy as np
 import polars as pl
 
 from harness.report.stats import (
+    LEVEL,
+    VarianceSplit,
     bootstrap_ci,
+    cluster_ci,
     holm,
     mcnemar_exact,
-    pairs_needed,
-    pairs_needed_at_rates,
+    runs_needed,
+    runs_to_reach,
+    sign_flip_p,
+    smallest_p,
     stratified_bootstrap_ci,
+    variance_split,
 )
 from harness.tables.costs import total_cost
 
@@ -38,7 +46,7 @@ class Comparisons:
     notes: list[str] = field(default_factory=list)
     """Comparisons that could not be made, and why."""
     plans: list[str] = field(default_factory=list)
-    """How many paired episodes would resolve each observed difference."""
+    """Per row: what its runs can show, and how many runs of how many tasks would resolve its difference."""
 
 
 def labelled(episodes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -88,8 +96,9 @@ def _flip_rate(frame: pl.DataFrame) -> float | None:
 
 
 def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
-    """The two groups' episodes side by side (`ref`, `cand` successes, `seed`), or why they cannot
-    be paired: different tasks at the same seed, order and position, or nothing in common."""
+    """The two groups' episodes side by side (`ref`, `cand` successes, `seed`, `order_seed`, and `run`, the
+    pair of runs they belong to: seed / order / repeat), or why they cannot be paired: different tasks at
+    the same seed, order and position, or nothing in common."""
     keys = pair_keys(reference) if "repeat" in candidate.columns else PAIR_KEYS
     columns = [*keys, "task_id", "success"]
     joined = reference.select(columns).unique(keys, keep="first").join(
@@ -101,49 +110,21 @@ def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame
         first = differ.sort(keys).row(0, named=True)
         return None, (f"they saw different tasks ({differ.height} positions, first at seed {first['seed']} "
                       f"position {first['stream_position']}: {first['task_id']} vs {first['task_id_cand']})")
-    return joined.select("seed", "order_seed", ref="success", cand="success_cand"), None
-
-
-def across_repeats(reference: pl.DataFrame, candidate: pl.DataFrame) -> dict | None:
-    """Where both groups ran more than one repeat: the rates at which a fresh pair of single runs
-    (one of the candidate, one of the reference) is gained or lost, measured with every repeat
-    against every repeat. At each seed, order and position holding the same task in both groups, a
-    candidate solving it in a share b of its repeats and a reference in a share a give (1 - a) * b
-    gained and a * (1 - b) lost pairs; the rates are their means over the positions. Pairing repeat
-    i with repeat i only samples one of these pairings per position, and with few repeats its
-    discordance can be far from this one. None without repeats in both groups."""
-    if "repeat" not in reference.columns or "repeat" not in candidate.columns:
-        return None
-    ref_repeats, cand_repeats = reference["repeat"].n_unique(), candidate["repeat"].n_unique()
-    if ref_repeats < 2 or cand_repeats < 2:
-        return None
-
-    def shares(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.group_by(PAIR_KEYS).agg(task_id=pl.col("task_id").first(),
-                                              tasks=pl.col("task_id").n_unique(),
-                                              share=pl.col("success").cast(pl.Float64).mean())
-
-    joined = shares(reference).join(shares(candidate), on=PAIR_KEYS, suffix="_cand").filter(
-        (pl.col("tasks") == 1) & (pl.col("tasks_cand") == 1) & (pl.col("task_id") == pl.col("task_id_cand")))
-    if joined.is_empty():
-        return None
-    a, b = joined["share"].to_numpy(), joined["share_cand"].to_numpy()
-    gained, lost = float(((1 - a) * b).mean()), float((a * (1 - b)).mean())
-    return {"repeats": cand_repeats, "reference_repeats": ref_repeats, "positions": joined.height,
-            "gained": gained, "lost": lost, "needed": pairs_needed_at_rates(gained, lost),
-            "flip_rate": _flip_rate(candidate), "reference_flip_rate": _flip_rate(reference)}
+    run = pl.concat_str([pl.col(k).cast(pl.String) for k in keys if k != "stream_position"], separator="/")
+    return joined.select("seed", "order_seed", run=run, ref="success", cand="success_cand"), None
 
 
 def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str = "baseline",
                        seed: int = 0) -> Comparisons:
-    """Every group against the reference group of its context: success difference with a paired
-    bootstrap CI (tasks resampled within each seed and order), exact McNemar p-value, Holm-adjusted
-    across all comparisons, and whether the difference is resolved at 95%."""
+    """Every group against the reference group of its context, run pair by run pair: the success
+    difference with a 95% t interval over the paired runs, the exact sign-flip p-value of the runs'
+    differences, Holm-adjusted across the rows that have one, `resolved` when the adjusted p is under 0.05
+    and the interval excludes 0; and the episode-level view within these runs."""
     stream = labelled(episodes, keys)
     context = [k for k in keys if k not in NOT_CONTEXT]
     rows: list[dict] = []
     notes: list[str] = []
-    across: dict[str, dict | None] = {}
+    splits: dict[str, VarianceSplit | None] = {}
     for values, frame in stream.group_by(context or [pl.lit(0)], maintain_order=True):
         where = ", ".join(f"{k}={v}" for k, v in zip(context, values, strict=True)) if context else ""
         groups = sorted(frame["group"].unique().to_list())
@@ -167,73 +148,99 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
                 notes.append(f"{group} vs {references[0]}: not paired, {why}")
                 continue
             floors = [f for f in (_flip_rate(ref_frame), _flip_rate(candidate)) if f is not None]
-            rows.append({**_comparison(group, references[0], pairs, seed),
-                         "noise_floor": max(floors) if floors else None})
-            across[group] = across_repeats(ref_frame, candidate)
-    table = pl.DataFrame(rows).sort("group") if rows else pl.DataFrame()
-    plans: list[str] = []
-    if rows:
-        adjusted = holm(table["p_value"].to_list())
-        table = table.with_columns(p_holm=pl.Series(adjusted)).with_columns(
-            resolved=(pl.col("p_holm") < 0.05) & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)))
-        for row in table.iter_rows(named=True):
-            plans.append(_plan(row, across.get(row["group"])))
-        table = table.drop("needed")
+            row, splits[group] = _comparison(group, references[0], pairs, seed)
+            rows.append({**row, "noise_floor": max(floors) if floors else None})
+    if not rows:
+        return Comparisons(table=pl.DataFrame(), notes=notes)
+    table = pl.DataFrame(rows, infer_schema_length=None).sort("group")
+    tested = [p for p in table["p_value"].to_list() if p is not None]
+    adjusted = iter(holm(tested))
+    table = table.with_columns(p_holm=pl.Series(
+        [None if p is None else next(adjusted) for p in table["p_value"].to_list()], dtype=pl.Float64))
+    table = table.with_columns(resolved=(pl.col("p_holm") < 1 - LEVEL).fill_null(False)
+                               & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)).fill_null(False))
+    plans = [_plan(row, splits[row["group"]], len(tested)) for row in table.iter_rows(named=True)]
     return Comparisons(table=table, notes=notes, plans=plans)
 
 
-def _comparison(group: str, reference: str, pairs: pl.DataFrame, seed: int) -> dict:
+def _comparison(group: str, reference: str, pairs: pl.DataFrame,
+                seed: int) -> tuple[dict, VarianceSplit | None]:
+    """One row of the comparison and the variance split of its per-episode differences."""
     ref = pairs["ref"].to_numpy().astype(bool)
     cand = pairs["cand"].to_numpy().astype(bool)
-    strata = (pairs["seed"].cast(pl.String) + "/" + pairs["order_seed"].cast(pl.String)).to_numpy()
+    runs = pairs["run"].to_numpy()
     diff = cand.astype(float) - ref.astype(float)
-    low, high = stratified_bootstrap_ci(diff, strata, seed=seed)
-    gained, lost, p = mcnemar_exact(ref, cand)
-    return {"group": group, "reference": reference, "pairs": len(diff), "seeds": pairs["seed"].n_unique(),
-            "reference_rate": float(ref.mean()), "rate": float(cand.mean()), "difference": float(diff.mean()),
-            "ci_low": low, "ci_high": high, "gained": gained, "lost": lost, "p_value": p,
-            "needed": pairs_needed(gained, lost, len(diff))}
+    estimate = cluster_ci(diff, runs)
+    per_run = pairs.group_by("run").agg((pl.col("cand").cast(pl.Float64) - pl.col("ref").cast(pl.Float64))
+                                        .mean().alias("difference"))
+    split = variance_split(diff, runs)
+    within_low, within_high = stratified_bootstrap_ci(diff, runs, seed=seed)
+    gained, lost, p_episodes = mcnemar_exact(ref, cand)
+    row = {"group": group, "reference": reference, "runs": estimate.runs, "seeds": pairs["seed"].n_unique(),
+           "tasks_per_run": len(diff) / estimate.runs, "reference_rate": float(ref.mean()),
+           "rate": float(cand.mean()), "difference": estimate.value,
+           # a difference of rates lies in [-1, 1]; the t interval of few runs can reach past it
+           "ci_low": None if estimate.low is None else max(-1.0, estimate.low),
+           "ci_high": None if estimate.high is None else min(1.0, estimate.high),
+           "p_value": sign_flip_p(per_run["difference"].to_numpy(), seed=seed) if estimate.runs > 1 else None,
+           "smallest_p": smallest_p(estimate.runs),
+           "icc": split.icc if split else None, "design_effect": split.design_effect() if split else None,
+           "pairs": len(diff), "gained": gained, "lost": lost, "p_episodes": p_episodes,
+           "within_low": within_low, "within_high": within_high}
+    return row, split
 
 
-def _plan(row: dict, across: dict | None = None) -> str:
-    """How many paired episodes would resolve the row's difference: with the discordance measured
-    across repeats where both groups were repeated (`across_repeats`), else with the discordance of
-    the pairs in the table; and, where the row has a noise floor, whether the difference is below it."""
-    seeds = max(row["seeds"], 1)
-    if across is None:
-        needed = row["needed"]
-        if needed is None:
-            return (f"{row['group']}: no difference observed ({row['gained']} gained, {row['lost']} lost); "
-                    "nothing to plan")
-        discordance = f"with this discordance ({row['gained'] + row['lost']} of {row['pairs']} pairs)"
+def _plan(row: dict, split: VarianceSplit | None, tested: int) -> str:
+    """What the row's runs can show, and how many paired runs of how many tasks would resolve its
+    difference (80% power at 5%), from its variance between and within runs."""
+    name, runs, tasks = row["group"], row["runs"], round(row["tasks_per_run"])
+    enough = runs_to_reach()
+    if runs < 2:
+        return (f"{name}: one pair of runs says nothing about the variant (no interval, no test: another "
+                f"run may differ by more than its tasks show); `within_low` / `within_high` and `p_episodes` "
+                f"are about these {tasks} tasks of this run only. At least {enough} paired runs (seeds) are "
+                "needed for a test that can reach p < 0.05, and 2 to measure how much runs differ")
+    said = []
+    if row["smallest_p"] >= 1 - LEVEL:
+        said.append(f"{runs} paired runs cannot reach p < 0.05 whatever they show (a sign-flip test over "
+                    f"{runs} runs cannot go below {row['smallest_p']:.3g}; {enough} runs can)")
+    elif tested > 1 and row["smallest_p"] * tested >= 1 - LEVEL:
+        said.append(f"{runs} paired runs cannot reach p_holm < 0.05 across these {tested} rows whatever they "
+                    f"show (their smallest p, {row['smallest_p']:.3g}, times {tested})")
+    if split is None or abs(row["difference"]) < 1e-12:
+        said.append("no difference observed; nothing to plan" if split is not None
+                    else "one task per run: the variance within runs cannot be measured; nothing to plan")
     else:
-        needed = across["needed"]
-        repeats = f"{across['repeats']} x {across['reference_repeats']} repeats"
-        if needed is None:
-            return (f"{row['group']}: no difference observed across {repeats} (every repeat against every "
-                    f"repeat: {across['gained']:.3f} of pairs gained, {across['lost']:.3f} lost); "
-                    "nothing to plan")
-        rates = " and ".join("n/a" if r is None else f"{r:.3f}"
-                             for r in (across["flip_rate"], across["reference_flip_rate"]))
-        discordance = (f"with the discordance measured across {repeats} (every repeat against every repeat: "
-                       f"{across['gained'] + across['lost']:.3f} of pairs disagree; test-retest flip rates "
-                       f"{rates} for this group and the reference)")
-    per_seed = -(-needed // seeds)
-    plan = (f"{row['group']}: a difference of {row['difference']:+.3f} {discordance} needs about {needed} "
-            f"paired episodes for 80% power at 5% (e.g. {per_seed} tasks x {seeds} seeds; "
-            f"now {row['pairs']})")
+        said.append(_runs_plan(row, split, tasks))
     floor = row.get("noise_floor")
     if floor is not None and abs(row["difference"]) < floor:
-        plan += (f". The difference is below the noise floor ({floor:.3f}): within the noise of running "
-                 "either group twice")
-    return plan
+        said.append(f"the difference is below the noise floor ({floor:.3f}): within the noise of running "
+                    "either group twice")
+    return f"{name}: " + "; ".join(said)
 
 
-def evolution_metrics(episodes: pl.DataFrame, keys: list[str], window: int = 10, fraction: float = 0.9,
-                      seed: int = 0) -> pl.DataFrame:
+def _runs_plan(row: dict, split: VarianceSplit, tasks: int) -> str:
+    difference = row["difference"]
+    shape = (f"between-run sd {split.between**0.5:.3f}, within-run sd {split.within**0.5:.3f} (ICC "
+             f"{split.icc:.3f}, design effect {split.design_effect(tasks):.2f} at {tasks} tasks per run)")
+    at_tasks = runs_needed(difference, split, tasks)
+    doubled = runs_needed(difference, split, 2 * tasks)
+    if at_tasks is None:
+        return f"a difference of {difference:+.3f} with {shape} needs more than 100,000 paired runs"
+    plan = (f"a difference of {difference:+.3f} with {shape} needs about {at_tasks} paired runs of {tasks} "
+            f"tasks for 80% power at 5% ({doubled} of {2 * tasks} tasks")
+    if split.between > 0:
+        floor = runs_needed(difference, VarianceSplit(split.between, 0.0, tasks, split.runs), tasks)
+        plan += f"; at least {floor} however many tasks per run, as runs differ"
+    return plan + f"; now {row['runs']})"
+
+
+def evolution_metrics(episodes: pl.DataFrame, keys: list[str], window: int = 10,
+                      fraction: float = 0.9) -> pl.DataFrame:
     """One row per group: evolution gain (against the same group in the isolated scenario),
     adaptation speed, stability over seeds and orders, forgetting on replay probes, and success
-    per 1k tokens and per dollar, each with a 95% CI where there is something to resample."""
+    per 1k tokens and per dollar, each with a 95% CI over the group's runs where it has two or more
+    (one run says nothing about how another would differ: its metrics have no interval)."""
     stream = labelled(episodes, keys)
     probes = episodes.filter(pl.col("probe") & pl.col("attempted"))
     without_scenario = [k for k in keys if k != "scenario"]
@@ -242,12 +249,12 @@ def evolution_metrics(episodes: pl.DataFrame, keys: list[str], window: int = 10,
         row: dict = dict(zip(keys, values, strict=True))
         row["runs"] = frame["run_id"].n_unique()
         row["success_rate"] = float(frame["success"].mean())
-        row |= _evolution_gain(stream, frame, without_scenario, seed)
-        row |= _adaptation(frame, window, fraction, seed)
+        row |= _evolution_gain(stream, frame, without_scenario)
+        row |= _adaptation(frame, window, fraction)
         row |= _stability(frame)
         own_probes = probes.filter(pl.col("run_id").is_in(frame["run_id"].unique().to_list()))
-        row |= _forgetting(frame, own_probes, seed)
-        row |= _efficiency(frame, seed)
+        row |= _forgetting(frame, own_probes)
+        row |= _efficiency(frame)
         rows.append(row)
     return pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
 
@@ -256,7 +263,12 @@ def _interval(prefix: str, value: float | None, low: float | None = None, high: 
     return {prefix: value, f"{prefix}_low": low, f"{prefix}_high": high}
 
 
-def _evolution_gain(stream: pl.DataFrame, frame: pl.DataFrame, keys: list[str], seed: int) -> dict:
+def _over_runs(prefix: str, values: np.ndarray, runs: np.ndarray, weights: np.ndarray | None = None) -> dict:
+    estimate = cluster_ci(values, runs, weights)
+    return _interval(prefix, estimate.value, estimate.low, estimate.high)
+
+
+def _evolution_gain(stream: pl.DataFrame, frame: pl.DataFrame, keys: list[str]) -> dict:
     scenario = frame["scenario"][0]
     if scenario == "isolated":
         return _interval("evolution_gain", None)
@@ -268,8 +280,7 @@ def _evolution_gain(stream: pl.DataFrame, frame: pl.DataFrame, keys: list[str], 
     if pairs is None:
         return _interval("evolution_gain", None)
     diff = pairs["cand"].cast(pl.Float64).to_numpy() - pairs["ref"].cast(pl.Float64).to_numpy()
-    strata = (pairs["seed"].cast(pl.String) + "/" + pairs["order_seed"].cast(pl.String)).to_numpy()
-    return _interval("evolution_gain", float(diff.mean()), *stratified_bootstrap_ci(diff, strata, seed=seed))
+    return _over_runs("evolution_gain", diff, pairs["run"].to_numpy())
 
 
 def adaptation_tasks(success: np.ndarray, window: int, fraction: float) -> int | None:
@@ -284,7 +295,7 @@ def adaptation_tasks(success: np.ndarray, window: int, fraction: float) -> int |
     return int(np.argmax(rolling >= fraction * final)) + window
 
 
-def _adaptation(frame: pl.DataFrame, window: int, fraction: float, seed: int) -> dict:
+def _adaptation(frame: pl.DataFrame, window: int, fraction: float) -> dict:
     speeds = []
     for _, run in frame.group_by("run_id"):
         tasks = adaptation_tasks(run.sort("stream_position")["success"].to_numpy(), window, fraction)
@@ -292,9 +303,7 @@ def _adaptation(frame: pl.DataFrame, window: int, fraction: float, seed: int) ->
             speeds.append(tasks)
     if not speeds:
         return _interval("adaptation_tasks", None)
-    values = np.array(speeds, dtype=float)
-    return _interval("adaptation_tasks", float(values.mean()),
-                     *stratified_bootstrap_ci(values, np.zeros(len(values)), seed=seed))
+    return _over_runs("adaptation_tasks", np.array(speeds, dtype=float), np.arange(len(speeds)))
 
 
 def _stability(frame: pl.DataFrame) -> dict:
@@ -306,7 +315,7 @@ def _stability(frame: pl.DataFrame) -> dict:
             "std_over_orders": float(orders["spread"].mean()) if orders.height else None}
 
 
-def _forgetting(frame: pl.DataFrame, probes: pl.DataFrame, seed: int) -> dict:
+def _forgetting(frame: pl.DataFrame, probes: pl.DataFrame) -> dict:
     if probes.is_empty():
         return _interval("forgetting", None)
     last = (probes.sort("stream_position").group_by("run_id", "task_id")
@@ -316,23 +325,20 @@ def _forgetting(frame: pl.DataFrame, probes: pl.DataFrame, seed: int) -> dict:
     if joined.is_empty():
         return _interval("forgetting", None)
     drop = joined["learnt"].cast(pl.Float64).to_numpy() - joined["replayed"].cast(pl.Float64).to_numpy()
-    return _interval("forgetting", float(drop.mean()),
-                     *stratified_bootstrap_ci(drop, joined["seed"].to_numpy(), seed=seed))
+    return _over_runs("forgetting", drop, joined["run_id"].to_numpy())
 
 
-def _efficiency(frame: pl.DataFrame, seed: int) -> dict:
+def _efficiency(frame: pl.DataFrame) -> dict:
     success = frame["success"].cast(pl.Float64).to_numpy()
-    strata = frame["seed"].to_numpy()
+    runs = frame["run_id"].to_numpy()
     kilotokens = frame["total_tokens"].cast(pl.Float64).to_numpy() / 1000
     if kilotokens.sum():
-        row = _interval("success_per_1k_tokens", float(success.sum() / kilotokens.sum()),
-                        *stratified_bootstrap_ci(success, strata, weights=kilotokens, seed=seed))
+        row = _over_runs("success_per_1k_tokens", success, runs, kilotokens)
     else:
         row = _interval("success_per_1k_tokens", None)
     if total_cost(frame["cost_usd"]):  # known, and not all zero
         spent = frame["cost_usd"].cast(pl.Float64).to_numpy()
-        row |= _interval("success_per_usd", float(success.sum() / spent.sum()),
-                         *stratified_bootstrap_ci(success, strata, weights=spent, seed=seed))
+        row |= _over_runs("success_per_usd", success, runs, spent)
     else:
         row |= _interval("success_per_usd", None)
     return row

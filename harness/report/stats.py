@@ -1,11 +1,28 @@
-"""The statistics the report uses, on plain arrays: bootstrap intervals (plain, paired and
-stratified), the exact McNemar test, Holm's correction, and how many pairs would resolve a
-difference (from counts of gained and lost pairs, or from their rates). scipy does the
-distributions; the stratified resampling (tasks within seeds) is here because no library offers it."""
+"""The statistics the report uses, on plain arrays.
+
+The agent run is the unit of inference. A self-evolving agent's episodes are not independent: what
+a run learnt early shifts all its later tasks, so two runs of one variant differ by more than their
+tasks explain, and an interval over episodes is too narrow (an A/A comparison of one agent with run
+effects of sd 0.5-1.0 on the logit scale came out "resolved" 29-78% of the time over episodes). So:
+- an interval about a variant is over its runs: `cluster_ci`, the pooled mean with a cluster-robust
+  (CR1) standard error, runs as clusters, and Student's t on runs - 1 degrees of freedom (Miller
+  2024, "Adding Error Bars to Evals"; Cameron & Miller 2015). With equal runs it is the t interval
+  of the runs' means; the calibration bench (`python -m harness.bench calibration`) measures its
+  coverage from 3 to 30 runs;
+- a paired test is over paired runs: `sign_flip_p`, the exact sign-flip permutation test of the
+  runs' differences (scipy's `permutation_test`), which over n runs cannot go below 2 / 2^n;
+- a plan is in runs and tasks per run: `variance_split` (between and within runs, one-way ANOVA
+  estimates) and `runs_needed` (the t test's power, scipy's noncentral t);
+- within runs, as what they are: the exact McNemar test over episode pairs, bootstrap intervals over
+  tasks (BCa, and stratified within each run), never used for a verdict about a variant.
+Holm's correction spans a report's rows. scipy does the distributions and the permutations; the
+cluster-robust mean and the ANOVA split are a few lines each (statsmodels would need a model fit per
+interval for the same numbers)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -87,28 +104,168 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def pairs_needed(gained: int, lost: int, pairs: int, alpha: float = 0.05, power: float = 0.8) -> int | None:
-    """Paired episodes a McNemar test needs to resolve a difference of the observed size with the
-    observed discordance (Connor 1987); None when no difference was observed."""
-    if pairs == 0 or gained == lost:
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over episodes and, when it has at least two runs, its 95% interval over runs."""
+
+    value: float
+    low: float | None
+    high: float | None
+    runs: int
+
+
+def cluster_ci(values: np.ndarray, runs: np.ndarray, weights: np.ndarray | None = None) -> Estimate:
+    """sum(values) / sum(weights) (the plain mean without weights; a ratio such as successes per token
+    with them) and its 95% interval with runs as clusters: the linearised ratio's cluster-robust
+    variance with the G / (G - 1) small-sample factor (CR1) and Student's t on G - 1 degrees of freedom.
+    Fewer than two runs give no interval: nothing says how another run would differ."""
+    from scipy.stats import t
+
+    values = np.asarray(values, dtype=float)
+    weights = np.ones_like(values) if weights is None else np.asarray(weights, dtype=float)
+    if len(values) == 0 or weights.sum() == 0:
+        return Estimate(float("nan"), None, None, 0)
+    _, cluster = np.unique(np.asarray(runs), return_inverse=True)
+    count = int(cluster.max()) + 1
+    ratio = float(values.sum() / weights.sum())
+    if count < 2:
+        return Estimate(ratio, None, None, count)
+    residual = np.bincount(cluster, weights=values - ratio * weights, minlength=count)
+    variance = count / (count - 1) * float((residual**2).sum()) / float(weights.sum()) ** 2
+    half = float(t.ppf(1 - (1 - LEVEL) / 2, count - 1)) * math.sqrt(variance)
+    return Estimate(ratio, ratio - half, ratio + half, count)
+
+
+def sign_flip_p(differences: np.ndarray, exhaustive_up_to: int = 16, seed: int = 0) -> float:
+    """Two-sided p-value of the runs' paired differences by the sign-flip permutation test (scipy's
+    `permutation_test`, paired samples): exact over all 2^n sign patterns up to `exhaustive_up_to` runs,
+    else 100,000 seeded random ones. Over n runs it cannot go below `smallest_p(n)`."""
+    from scipy.stats import permutation_test
+
+    differences = np.asarray(differences, dtype=float)
+    if len(differences) == 0:
+        return float("nan")
+    if not differences.any():
+        return 1.0
+    resamples = np.inf if len(differences) <= exhaustive_up_to else 100_000
+    result = permutation_test((differences,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
+                              permutation_type="samples", n_resamples=resamples,
+                              random_state=np.random.default_rng(seed))
+    return float(min(1.0, result.pvalue))
+
+
+def smallest_p(runs: int) -> float:
+    """The smallest two-sided p-value a sign-flip test over `runs` paired runs can give: both all-same-sign
+    patterns out of 2^runs."""
+    return min(1.0, 2.0 ** (1 - min(runs, 1024)))
+
+
+def runs_to_reach(alpha: float = 0.05) -> int:
+    """The fewest paired runs whose sign-flip test can give p < alpha at all (6 at 5%)."""
+    runs = 1
+    while smallest_p(runs) >= alpha:
+        runs += 1
+    return runs
+
+
+@dataclass(frozen=True)
+class VarianceSplit:
+    """How a per-episode value varies between runs and within them (one-way random-effects ANOVA)."""
+
+    between: float
+    """Variance of the runs' true means: what a run learnt early, its luck, anything shared by its tasks."""
+    within: float
+    """Variance of one episode's value around its run's mean."""
+    tasks_per_run: float
+    runs: int
+
+    @property
+    def icc(self) -> float:
+        """Intraclass correlation: the share of an episode's variance that its run explains."""
+        total = self.between + self.within
+        return self.between / total if total > 0 else 0.0
+
+    def design_effect(self, tasks_per_run: float | None = None) -> float:
+        """How many times the variance of a run-level mean exceeds what as many independent episodes
+        would give: 1 + (tasks per run - 1) x ICC (Kish)."""
+        tasks = self.tasks_per_run if tasks_per_run is None else tasks_per_run
+        return 1 + (tasks - 1) * self.icc
+
+    def run_variance(self, tasks_per_run: float) -> float:
+        """Variance of one run's mean over `tasks_per_run` tasks."""
+        return self.between + self.within / tasks_per_run
+
+
+def variance_split(values: np.ndarray, runs: np.ndarray) -> VarianceSplit | None:
+    """Between- and within-run variance of per-episode values (ANOVA method-of-moments estimates, the
+    between part floored at 0, unbalanced runs allowed); None with fewer than two runs or no episode
+    beyond one per run, where the split cannot be measured."""
+    values = np.asarray(values, dtype=float)
+    _, cluster = np.unique(np.asarray(runs), return_inverse=True)
+    count = int(cluster.max()) + 1 if len(values) else 0
+    total = len(values)
+    if count < 2 or total <= count:
         return None
-    return _connor((gained + lost) / pairs, abs(gained - lost) / pairs, alpha, power)
+    sizes = np.bincount(cluster, minlength=count).astype(float)
+    means = np.bincount(cluster, weights=values, minlength=count) / sizes
+    within = float(((values - means[cluster]) ** 2).sum() / (total - count))
+    between_mean_square = float((sizes * (means - values.mean()) ** 2).sum() / (count - 1))
+    typical = (total - float((sizes**2).sum()) / total) / (count - 1)
+    between = max(0.0, (between_mean_square - within) / typical)
+    return VarianceSplit(between, within, total / count, count)
 
 
-def pairs_needed_at_rates(gained: float, lost: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
-    """Paired episodes a McNemar test needs when a pair is gained (only the candidate succeeds) with
-    probability `gained` and lost (only the reference does) with probability `lost`: Connor (1987)
-    with discordance gained + lost and difference gained - lost. None when the rates are equal (to
-    rounding): no difference to resolve."""
-    discordant, delta = gained + lost, abs(gained - lost)
-    if delta <= 1e-12 * max(discordant, 1.0):
+def power_at(runs: int, effect: float, split: VarianceSplit, tasks_per_run: float,
+             alpha: float = 0.05) -> float:
+    """Power of the paired comparison over `runs` pairs of runs of `tasks_per_run` tasks to find `effect`
+    at two-sided level `alpha`: the paired t test's (scipy's noncentral t), and 0 where the sign-flip test
+    cannot reach alpha over so few runs."""
+    from scipy.stats import nct, t
+
+    if runs < 2 or smallest_p(runs) >= alpha:
+        return 0.0
+    spread = math.sqrt(split.run_variance(tasks_per_run))
+    if spread == 0:
+        return 1.0 if effect else alpha
+    shift = abs(effect) * math.sqrt(runs) / spread
+    critical = float(t.ppf(1 - alpha / 2, runs - 1))
+    if shift - critical > 10:  # scipy's noncentral t returns nan this far out, where the power is 1
+        return 1.0
+    return float(nct.sf(critical, runs - 1, shift) + nct.cdf(-critical, runs - 1, shift))
+
+
+def runs_needed(effect: float, split: VarianceSplit, tasks_per_run: float, alpha: float = 0.05,
+                power: float = 0.8, most: int = 100_000) -> int | None:
+    """The fewest paired runs of `tasks_per_run` tasks with `power` to find `effect`; None when there is
+    no effect to find or more than `most` runs would be needed."""
+    if abs(effect) < 1e-12:
         return None
-    return _connor(discordant, delta, alpha, power)
+    low = high = runs_to_reach(alpha)
+    while power_at(high, effect, split, tasks_per_run, alpha) < power:  # power grows with the runs
+        if high >= most:
+            return None
+        low, high = high + 1, min(2 * high, most)
+    while low < high:
+        middle = (low + high) // 2
+        if power_at(middle, effect, split, tasks_per_run, alpha) >= power:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
-def _connor(discordant: float, delta: float, alpha: float, power: float) -> int:
-    from scipy.stats import norm
+ONE_RUN = "1 run's tasks"
+"""`ci_over` of an interval from one run: about that run's tasks, not about the variant."""
 
-    z_alpha, z_power = norm.ppf(1 - alpha / 2), norm.ppf(power)
-    needed = (z_alpha * math.sqrt(discordant) + z_power * math.sqrt(max(discordant - delta**2, 0.0))) ** 2
-    return math.ceil(needed / delta**2)
+
+def group_interval(success: np.ndarray, runs: np.ndarray) -> tuple[float | None, float | None, str]:
+    """A group's 95% success interval and what it is over: its runs (`cluster_ci`) when it has two or more,
+    else the one run's tasks (BCa over episodes), which says how sure that run's rate is, not how another
+    run of the variant would do."""
+    estimate = cluster_ci(success, runs)
+    if estimate.runs >= 2:  # a rate: the t interval of few runs can reach past 0 or 1
+        return max(0.0, estimate.low), min(1.0, estimate.high), f"{estimate.runs} runs"
+    low, high = bootstrap_ci(success)
+    return low, high, ONE_RUN

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import tempfile
 from pathlib import Path
 
@@ -15,8 +14,7 @@ from harness.agent_run.runner import run_agent
 from harness.config import CacheSettings
 from harness.models.gateway import Gateway
 from harness.models.model_client import AgentModelClient
-from harness.report.compare import across_repeats, noise_floor, paired_comparisons
-from harness.report.stats import pairs_needed
+from harness.report.compare import noise_floor, paired_comparisons
 from tests.conftest import ListSink, scripted_settings
 
 
@@ -87,59 +85,46 @@ def test_repeats_pair_repeat_by_repeat_and_each_difference_stands_beside_its_noi
     assert row["noise_floor"] == 0.25  # memory flipped on 1 of 4 tasks; baseline on none
 
 
-def test_with_repeats_the_plan_uses_every_repeat_against_every_repeat():
-    # Each group solves each task in one repeat of two; repeat i against repeat i happens to agree
-    # on all but one pair (1 gained of 8), but a fresh pair of single runs disagrees half the time.
-    frame = pl.concat([
-        episodes("baseline", {0: [True, False, True, False], 1: [False, True, False, True]}),
-        episodes("memory", {0: [True, False, True, True], 1: [False, True, False, True]})])
-    comparisons = paired_comparisons(frame, ["variant"])
-    row = comparisons.table.row(0, named=True)
-    assert (row["pairs"], row["gained"], row["lost"], row["difference"]) == (8, 1, 0, 0.125)
-    # Shares (baseline a, memory b) per task: (.5, .5) x 3 and (.5, 1); gained (1-a)b, lost a(1-b).
-    gained, lost = (3 * 0.25 + 0.5) / 4, (3 * 0.25 + 0.0) / 4
-    across = across_repeats(*(frame.filter(pl.col("variant") == v) for v in ("baseline", "memory")))
-    assert across is not None and (across["gained"], across["lost"]) == (gained, lost)
-    # Connor (1987) with discordance 0.5 and difference 0.125, by hand; the 1-of-8 pairing gives 61.
-    z_alpha, z_power = 1.959964, 0.841621
-    delta, discordant = gained - lost, gained + lost
-    by_hand = math.ceil((z_alpha * math.sqrt(discordant) + z_power * math.sqrt(discordant - delta**2)) ** 2
-                        / delta**2)
-    assert by_hand == 249 and across["needed"] == by_hand and pairs_needed(1, 0, 8) == 61
-    assert comparisons.plans == [
-        "memory: a difference of +0.125 with the discordance measured across 2 x 2 repeats (every repeat "
-        "against every repeat: 0.500 of pairs disagree; test-retest flip rates 0.750 and 1.000 for this "
-        "group and the reference) needs about 249 paired episodes for 80% power at 5% (e.g. 249 tasks x 1 "
-        "seeds; now 8). The difference is below the noise floor (1.000): within the noise of running "
-        "either group twice"]
-
-
-def test_a_difference_above_the_noise_floor_is_not_said_to_be_below_it():
+def test_repeats_are_runs_of_their_own_and_the_plan_says_what_two_cannot_show():
     frame = pl.concat([
         episodes("baseline", {0: [False] * 10, 1: [False] * 10}),
         episodes("memory", {0: [True] * 5 + [False] * 5, 1: [True] * 5 + [False] * 5})])
+    comparisons = paired_comparisons(frame, ["variant"])
+    row = comparisons.table.row(0, named=True)
+    assert (row["runs"], row["difference"], row["smallest_p"]) == (2, 0.5, 0.5)
+    assert row["p_value"] == 0.5 and not row["resolved"]  # 2 runs: half the sign patterns are as extreme
+    plan, = comparisons.plans
+    assert plan.startswith("memory: 2 paired runs cannot reach p < 0.05 whatever they show (a sign-flip test "
+                           "over 2 runs cannot go below 0.5; 6 runs can); a difference of +0.500 with "
+                           "between-run sd 0.000")
+    assert "below the noise floor" not in plan
+
+
+def test_a_difference_below_the_noise_floor_is_said_to_be():
+    frame = pl.concat([
+        episodes("baseline", {0: [True, False, True, False], 1: [False, True, False, True]}),
+        episodes("memory", {0: [True, False, True, True], 1: [False, True, False, True]})])
+    row = paired_comparisons(frame, ["variant"]).table.row(0, named=True)
+    assert (row["pairs"], row["gained"], row["lost"], row["difference"]) == (8, 1, 0, 0.125)
     plan, = paired_comparisons(frame, ["variant"]).plans
-    assert plan == (
-        "memory: a difference of +0.500 with the discordance measured across 2 x 2 repeats (every repeat "
-        "against every repeat: 0.500 of pairs disagree; test-retest flip rates 0.000 and 0.000 for this "
-        "group and the reference) needs about 14 paired episodes for 80% power at 5% (e.g. 14 tasks x 1 "
-        "seeds; now 20)")
+    assert plan.endswith("the difference is below the noise floor (1.000): within the noise of running "
+                         "either group twice")
 
 
-def test_equal_gained_and_lost_rates_across_repeats_leave_nothing_to_plan():
+def test_equal_outcomes_leave_nothing_to_plan():
     frame = pl.concat([
         episodes("baseline", {0: [True, False, True, False], 1: [False, True, False, True]}),
         episodes("memory", {0: [False, True, True, False], 1: [True, False, False, True]})])
-    assert paired_comparisons(frame, ["variant"]).plans == [
-        "memory: no difference observed across 2 x 2 repeats (every repeat against every repeat: 0.250 of "
-        "pairs gained, 0.250 lost); nothing to plan"]
+    plan, = paired_comparisons(frame, ["variant"]).plans
+    assert "no difference observed; nothing to plan" in plan
 
 
-def test_without_repeats_the_plan_uses_the_pairs_in_the_table():
+def test_one_pair_of_runs_gives_no_interval_about_the_variant_only_about_its_tasks():
     frame = pl.concat([episodes("baseline", {0: [True, False, False, False]}),
                        episodes("memory", {0: [True, True, True, False]})]).drop("repeat")
-    assert paired_comparisons(frame, ["variant"]).plans == [
-        "memory: a difference of +0.500 with this discordance (2 of 4 pairs) needs about 14 paired episodes "
-        "for 80% power at 5% (e.g. 14 tasks x 1 seeds; now 4)"]
-    one_repeat = pl.concat([episodes("baseline", {0: [True, False]}), episodes("memory", {0: [True, True]})])
-    assert "with this discordance (1 of 2 pairs)" in paired_comparisons(one_repeat, ["variant"]).plans[0]
+    comparisons = paired_comparisons(frame, ["variant"])
+    row = comparisons.table.row(0, named=True)
+    assert row["runs"] == 1
+    assert (row["ci_low"], row["ci_high"], row["p_value"], row["p_holm"]) == (None, None, None, None)
+    assert row["resolved"] is False and row["within_low"] <= 0.5 <= row["within_high"]
+    assert comparisons.plans[0].startswith("memory: one pair of runs says nothing about the variant")

@@ -6,7 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from harness.report.build import bootstrap_ci, main, pareto_front
+from harness.report.build import main, pareto_front
+from harness.report.stats import bootstrap_ci
 from harness.tables.writer import TableWriter
 from tests.conftest import run_variant
 
@@ -45,7 +46,13 @@ def test_the_report_pairs_variants_against_the_reference_and_computes_the_metric
     assert main([str(sweep), "--out", str(tmp_path), "--reference", "reflexion"]) == 0
     report = (tmp_path / "report.md").read_text()
     paired = report[report.index("## Paired differences against reflexion"):]
-    assert "| baseline | reflexion | 20 | 2 |" in paired  # 10 tasks x 2 seeds, paired
+    assert "| baseline | reflexion | 2 | 10.000 |" in paired  # 2 paired runs (seeds) of 10 tasks
+    verdicts = pl.read_parquet(tmp_path / "comparisons.parquet")
+    row = verdicts.row(0, named=True)
+    assert (row["group"], row["reference"], row["runs"], row["pairs"]) == ("baseline", "reflexion", 2, 20)
+    assert {"difference", "ci_low", "ci_high", "p_value", "p_holm", "resolved", "gained", "lost",
+            "p_episodes"} <= set(verdicts.columns)
+    assert row["resolved"] is False and "2 paired runs cannot reach p < 0.05" in paired
     metrics = report[report.index("## Self-evolution metrics"):]
     header = next(line for line in metrics.splitlines() if line.startswith("| variant"))
     assert {"forgetting", "success_per_1k_tokens", "std_over_seeds"} <= set(header.strip("| ").split(" | "))
@@ -124,7 +131,7 @@ def test_runs_that_differ_in_a_swept_setting_are_never_merged(tmp_path, capsys, 
     assert main([str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     variant = "reflexion" if "reflexion" in jobs[0][0] else "baseline"
-    assert all(f"| {variant} | {label} | 1 | 6 |" in printed for label in labels)
+    assert all(f"| {variant} | {label} | 1 | 1 | 6 |" in printed for label in labels)  # seeds, runs, episodes
     report = (tmp_path / "report.md").read_text()
     runs = report[report.index("## Runs"):]
     assert all(f"| finished | {label} | 6 | 6 |" in runs for label in labels)
@@ -139,7 +146,7 @@ def test_older_run_directories_without_a_runs_table_are_grouped_by_variant(tmp_p
                                  ("variant=reflexion", "variant.max_attempts=3")):
         shutil.rmtree(directory / "runs")
     assert main([str(tmp_path)]) == 0
-    assert "| reflexion | 1 | 12 |" in capsys.readouterr().out
+    assert "| reflexion | 1 | 2 | 12 |" in capsys.readouterr().out  # one seed, its two runs together
 
 
 def test_a_run_without_episodes_yet_is_refused_in_one_line(tmp_path, capsys):

@@ -3,14 +3,21 @@
 import numpy as np
 import polars as pl
 import pytest
+import scipy.stats
 
 from harness.report.compare import adaptation_tasks, evolution_metrics, paired_comparisons
 from harness.report.stats import (
+    VarianceSplit,
+    cluster_ci,
     holm,
     mcnemar_exact,
-    pairs_needed,
-    pairs_needed_at_rates,
+    power_at,
+    runs_needed,
+    runs_to_reach,
+    sign_flip_p,
+    smallest_p,
     stratified_bootstrap_ci,
+    variance_split,
 )
 
 # Joint outcome of (reference, candidate) on one task: both fail, only the candidate solves it
@@ -61,30 +68,55 @@ def test_holm_multiplies_by_the_remaining_count_and_keeps_the_order():
     assert holm([0.5]) == [0.5]
 
 
-def test_the_planned_number_of_pairs_gives_about_80_percent_power():
-    needed = pairs_needed(gained=20, lost=8, pairs=100)
-    assert needed is not None and 100 < needed < 1000
+def test_with_equal_runs_the_interval_over_runs_is_the_t_interval_of_their_means():
+    rng = np.random.default_rng(5)
+    values, runs = rng.random(40) < 0.4, np.repeat(np.arange(4), 10)
+    means = [values[runs == r].mean() for r in range(4)]
+    low, high = scipy.stats.t.interval(0.95, 3, loc=np.mean(means), scale=scipy.stats.sem(means))
+    estimate = cluster_ci(values, runs)
+    assert (estimate.value, estimate.runs) == (pytest.approx(np.mean(means)), 4)
+    assert (estimate.low, estimate.high) == (pytest.approx(low), pytest.approx(high))
+    assert cluster_ci(values[:10], runs[:10]).low is None  # one run: nothing about another run
+
+
+def test_a_ratio_over_runs_weighs_each_episode_by_its_spend():
+    estimate = cluster_ci(np.array([1.0, 0, 1, 1]), np.array([0, 0, 1, 1]), weights=np.array([1.0, 3, 2, 2]))
+    assert estimate.value == pytest.approx(3 / 8) and estimate.low < 3 / 8 < estimate.high
+
+
+def test_the_sign_flip_test_is_exact_and_cannot_go_below_two_in_two_to_the_runs():
+    assert sign_flip_p(np.array([0.1, 0.2, 0.05, 0.3])) == pytest.approx(0.125) == smallest_p(4)
+    assert sign_flip_p(np.array([0.1, -0.2, 0.05, 0.3, 0.1, 0.1])) == pytest.approx(24 / 64)
+    assert sign_flip_p(np.zeros(5)) == 1.0
+    assert runs_to_reach(0.05) == 6 and smallest_p(6) == 0.03125
+    many = np.full(20, 0.1)  # beyond the exhaustive limit: random sign patterns, still near 2 / 2^20
+    assert sign_flip_p(many) < 1e-3
+
+
+def test_the_variance_split_recovers_known_between_and_within_run_variances():
+    rng = np.random.default_rng(2)
+    run_means = rng.normal(0, 0.3, size=400)  # between-run variance 0.09
+    values = np.repeat(run_means, 25) + rng.normal(0, 1.0, size=400 * 25)  # within 1.0
+    split = variance_split(values, np.repeat(np.arange(400), 25))
+    assert split is not None and split.runs == 400 and split.tasks_per_run == 25
+    assert split.between == pytest.approx(0.09, abs=0.02) and split.within == pytest.approx(1.0, abs=0.03)
+    assert split.design_effect() == pytest.approx(1 + 24 * split.icc)
+    assert variance_split(values[:25], np.zeros(25)) is None
+
+
+def test_the_planned_number_of_runs_gives_about_80_percent_power():
+    split = VarianceSplit(between=0.01, within=0.25, tasks_per_run=50, runs=10)
+    needed = runs_needed(0.1, split, 50)
+    assert needed is not None
+    assert power_at(needed, 0.1, split, 50) >= 0.8 > power_at(needed - 1, 0.1, split, 50)
     rng = np.random.default_rng(3)
-    joint = {(0, 1): 0.20, (1, 0): 0.08, (0, 0): 0.36, (1, 1): 0.36}
-    outcomes = list(joint)
-    rejected = 0
-    for _ in range(300):
-        picks = rng.choice(len(outcomes), size=needed, p=list(joint.values()))
-        ref = np.array([outcomes[i][0] for i in picks], dtype=bool)
-        cand = np.array([outcomes[i][1] for i in picks], dtype=bool)
-        rejected += mcnemar_exact(ref, cand)[2] < 0.05
+    spread = split.run_variance(50) ** 0.5
+    rejected = sum(sign_flip_p(rng.normal(0.1, spread, size=needed), seed=i) < 0.05 for i in range(300))
     assert 0.72 <= rejected / 300 <= 0.88
-    assert pairs_needed(5, 5, 50) is None
-
-
-def test_the_planned_pairs_from_rates_agree_with_the_planned_pairs_from_counts():
-    assert pairs_needed_at_rates(0.20, 0.08) == pairs_needed(20, 8, 100)
-    assert pairs_needed_at_rates(0.08, 0.20) == pairs_needed(8, 20, 100)
-    # Discordance 0.5, difference 0.125: (1.96 sqrt(0.5) + 0.8416 sqrt(0.484375))^2 / 0.015625 = 248.8
-    assert pairs_needed_at_rates(0.3125, 0.1875) == 249
-    assert pairs_needed_at_rates(0.25, 0.25) is None
-    assert pairs_needed_at_rates(0.1 + 0.2, 0.3) is None  # equal but for rounding
-    assert pairs_needed_at_rates(0.0, 0.0) is None
+    # More tasks per run cannot plan below what the variance between runs alone needs.
+    assert runs_needed(0.1, split, 10_000) >= runs_needed(0.1, VarianceSplit(0.01, 0.0, 50, 10), 50)
+    assert runs_needed(0.0, split, 50) is None
+    assert power_at(5, 1.0, split, 50) == 0.0  # 5 runs cannot reach 5%
 
 
 def episodes_frame(groups: dict[str, dict[int, list[bool]]], scenario: str = "sequential",
@@ -110,12 +142,25 @@ def test_variants_are_paired_task_by_task_against_the_reference():
     result = paired_comparisons(episodes_frame(groups), ["variant"])
     by_group = {row["group"]: row for row in result.table.iter_rows(named=True)}
     memory, retry = by_group["memory"], by_group["retry"]
-    assert memory["pairs"] == 180 and memory["seeds"] == 3 and memory["reference"] == "baseline"
+    assert (memory["runs"], memory["pairs"], memory["seeds"], memory["reference"]) == (3, 180, 3, "baseline")
     assert memory["difference"] == pytest.approx(memory["rate"] - memory["reference_rate"])
     assert memory["ci_low"] < memory["difference"] < memory["ci_high"]
-    assert memory["p_holm"] >= memory["p_value"]
+    assert memory["p_holm"] >= memory["p_value"] >= smallest_p(3) == 0.25
+    assert not memory["resolved"]  # 3 runs cannot resolve anything, however large the difference
+    assert memory["gained"] + memory["lost"] > 0 and 0 <= memory["p_episodes"] <= 1  # within these runs
     assert (retry["difference"], retry["p_value"], retry["resolved"]) == (0.0, 1.0, False)
-    assert len(result.plans) == 2 and "no difference observed" in result.plans[1]
+    assert result.plans[0].startswith("memory: 3 paired runs cannot reach p < 0.05 whatever they show")
+    assert "no difference observed" in result.plans[1]
+
+
+def test_six_paired_runs_with_a_clear_difference_resolve_it():
+    groups: dict[str, dict[int, list[bool]]] = {"baseline": {}, "memory": {}}
+    for seed in range(6):
+        groups["baseline"][seed] = [position % 4 == 0 for position in range(40)]
+        groups["memory"][seed] = [position % 4 < 2 + seed % 2 for position in range(40)]
+    row = paired_comparisons(episodes_frame(groups), ["variant"]).table.row(0, named=True)
+    assert row["runs"] == 6 and row["p_value"] == pytest.approx(smallest_p(6))
+    assert row["ci_low"] > 0 and row["resolved"]
 
 
 def test_runs_that_saw_different_tasks_are_not_paired():
