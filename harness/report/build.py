@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from harness.report.aggregate import Aggregates, aggregates, plot_performance_profiles
 from harness.report.compare import Comparisons, evolution_metrics, noise_floor, paired_comparisons
 from harness.report.html import write_html
 from harness.report.parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
@@ -367,6 +368,19 @@ def metrics_section(learning: pl.DataFrame) -> Section:
         "are left out.", shown, figure="learning_curves")
 
 
+def aggregate_section(result: Aggregates) -> Section:
+    shown = with_interval(result.table, ["iqm", "p_improvement"])
+    return Section(
+        "Across strata: IQM, probability of improvement, performance profiles",
+        f"The report spans {len(result.strata)} strata ({', '.join(result.strata)}); each group's runs give "
+        "a runs x strata matrix of success rates (rliable, Agarwal et al. 2021; runs resampled within each "
+        "stratum, 95% intervals in brackets): `iqm`, the interquartile mean of those scores (the middle "
+        "half: robust to a stratum or a run far from the rest); `p_improvement`, the probability that a run "
+        "of the group beats a run of the reference on a stratum, averaged over strata (0.5: no difference). "
+        "The profile plots the share of scores above each threshold.", shown, result.notes,
+        figure="performance_profiles")
+
+
 def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
     """Success of snapshot evaluations by group, view and snapshot position, with CIs."""
     if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
@@ -565,6 +579,9 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
     mechanisms = (family_section(learning), purpose_section(learning, calls), edits_section(runs, learning),
                   prompt_search_section(runs, learning), safety_section(learning))
     sections += [s for s in mechanisms if s is not None]
+    across = aggregates(learning, group_keys(learning, REPORT_GROUPS), reference)
+    if across is not None:
+        sections.append(aggregate_section(across))
     sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]
     complete = sum(s["episodes"] for s in status)
     expected = sum(s["expected"] for s in status)
@@ -575,13 +592,15 @@ def write_report(paths: list[Path], out: Path, reference: str = "baseline", html
     out.mkdir(parents=True, exist_ok=True)
     plot_cost_accuracy(table, out / "cost_accuracy.png")
     plot_learning_curves(learning, out / "learning_curves.png")
+    if across is not None:
+        plot_performance_profiles(across, out / "performance_profiles.png")
     write_comparisons(comparisons, out / "comparisons.parquet")
     (out / "report.md").write_text(render_markdown(summary, [
         s if s.figure != "snapshot_views" else replace(s, figure=None) for s in sections]))
     if html:
         transcripts = read_tables(runs, "transcripts")
         write_html(out / "report.html", summary, sections, table, learning, views, episodes, transcripts,
-                   max_transcripts)
+                   max_transcripts, across)
     return markdown(table)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from harness.files import write_text_atomically
+from harness.report.aggregate import Aggregates, performance_profiles_figure
 from harness.report.parts import REPORT_GROUPS, Section, cell, pareto_front, spend_per_episode
 from harness.tables.summary import group_keys
 
@@ -164,12 +165,14 @@ def episodes_html(episodes: pl.DataFrame, transcripts: pl.DataFrame, max_transcr
 
 def write_html(path: Path, summary: str, sections: list[Section], table: pl.DataFrame, learning: pl.DataFrame,
                views: pl.DataFrame | None, episodes: pl.DataFrame, transcripts: pl.DataFrame,
-               max_transcripts: int) -> None:
+               max_transcripts: int, across: Aggregates | None = None) -> None:
     keys = group_keys(learning, REPORT_GROUPS)
     figures = {"cost_accuracy": lambda: cost_accuracy_figure(table),
                "learning_curves": lambda: learning_curves_figure(learning, keys)}
     if views is not None:
         figures["snapshot_views"] = lambda: snapshot_views_figure(views)
+    if across is not None:
+        figures["performance_profiles"] = lambda: performance_profiles_figure(across)
     body = [f"<h1>Report</h1><p>{prose(summary)}</p><ul>"]
     body += [f'<li><a href="#s{i}">{html.escape(s.title)}</a></li>' for i, s in enumerate(sections)]
     body.append('<li><a href="#episodes">Episodes and transcripts</a></li></ul>')
