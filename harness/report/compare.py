@@ -40,6 +40,40 @@ NOT_CONTEXT = ("variant", "settings")
 a comparison stays within."""
 
 
+COMPARISON_COLUMNS = {
+    "group": "The compared group's label (variant, then env / scenario / model / settings where they vary).",
+    "reference": "The reference group's label (`--reference`).",
+    "runs": "Paired runs: runs of the two groups with the same seed, order seed and repeat, on the same "
+            "tasks.",
+    "seeds": "Distinct seeds among the paired runs.",
+    "tasks_per_run": "Paired episodes per pair of runs, on average.",
+    "reference_rate": "The reference's success rate over the paired episodes.",
+    "rate": "The group's success rate over the paired episodes.",
+    "difference": "rate - reference_rate.",
+    "ci_low": "Lower end of the 95% interval of the difference over the paired runs (t on runs - 1 degrees "
+              "of freedom, cluster-robust); null with one pair of runs.",
+    "ci_high": "Upper end of that interval; null with one pair of runs.",
+    "p_value": "Two-sided exact sign-flip permutation p-value of the runs' differences; null with one pair.",
+    "smallest_p": "The smallest p-value a sign-flip test over this many runs can give: 2 / 2^runs.",
+    "icc": "Intraclass correlation of the per-task differences: the share of their variance between runs.",
+    "design_effect": "1 + (tasks_per_run - 1) x icc: how many times a run's difference varies more than as "
+                     "many independent tasks would.",
+    "pairs": "Episode pairs (within these runs).",
+    "gained": "Episode pairs only the group solved (within these runs).",
+    "lost": "Episode pairs only the reference solved (within these runs).",
+    "p_episodes": "Exact McNemar p-value over the episode pairs: about these runs' tasks, never a verdict.",
+    "within_low": "Lower end of a 95% bootstrap interval of the difference, tasks resampled within each run: "
+                  "about these runs only.",
+    "within_high": "Upper end of that within-runs interval.",
+    "noise_floor": "The larger test-retest flip rate of the two groups where runs were repeated "
+                   "(stream.repeats), else null.",
+    "p_holm": "p_value Holm-adjusted across the report's rows that have one.",
+    "resolved": "p_holm < 0.05 and the interval excludes 0: the only verdict about the variants.",
+}
+"""comparisons.parquet's columns in order, with their meanings (docs/columns.md lists them; a test
+holds the two and the table to one another)."""
+
+
 @dataclass
 class Comparisons:
     table: pl.DataFrame
@@ -160,7 +194,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
     table = table.with_columns(resolved=(pl.col("p_holm") < 1 - LEVEL).fill_null(False)
                                & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)).fill_null(False))
     plans = [_plan(row, splits[row["group"]], len(tested)) for row in table.iter_rows(named=True)]
-    return Comparisons(table=table, notes=notes, plans=plans)
+    return Comparisons(table=table.select(list(COMPARISON_COLUMNS)), notes=notes, plans=plans)
 
 
 def _comparison(group: str, reference: str, pairs: pl.DataFrame,

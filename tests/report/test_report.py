@@ -221,3 +221,15 @@ def test_report_html_shows_the_reports_bold_as_bold_as_the_viewer_does():
     said = prose("**Cost unknown for 2 of 5 model calls** (`openai/x`: no price known) & more")
     assert said == ("<b>Cost unknown for 2 of 5 model calls</b> (<code>openai/x</code>: no price known) "
                     "&amp; more")
+
+
+def test_comparisons_parquet_has_the_documented_columns_in_order(sweep, tmp_path):
+    from pathlib import Path
+
+    from harness.report.compare import COMPARISON_COLUMNS
+
+    assert main([str(sweep), "--out", str(tmp_path), "--reference", "reflexion"]) == 0
+    assert pl.read_parquet(tmp_path / "comparisons.parquet").columns == list(COMPARISON_COLUMNS)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "columns.md").read_text()
+    documented = page[page.index("## comparisons.parquet"):]
+    assert all(f"| `{column}` | {meaning} |" in documented for column, meaning in COMPARISON_COLUMNS.items())
