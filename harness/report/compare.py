@@ -74,6 +74,13 @@ COMPARISON_COLUMNS = {
 holds the two and the table to one another)."""
 
 
+def no_comparisons() -> pl.DataFrame:
+    """The comparison table with no rows, its columns typed as a filled one's."""
+    types = {"group": pl.String, "reference": pl.String, "runs": pl.Int64, "seeds": pl.Int64,
+             "pairs": pl.Int64, "gained": pl.Int64, "lost": pl.Int64, "resolved": pl.Boolean}
+    return pl.DataFrame(schema={c: types.get(c, pl.Float64) for c in COMPARISON_COLUMNS})
+
+
 @dataclass
 class Comparisons:
     table: pl.DataFrame
@@ -185,7 +192,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
             row, splits[group] = _comparison(group, references[0], pairs, seed)
             rows.append({**row, "noise_floor": max(floors) if floors else None})
     if not rows:
-        return Comparisons(table=pl.DataFrame(), notes=notes)
+        return Comparisons(table=no_comparisons(), notes=notes)
     table = pl.DataFrame(rows, infer_schema_length=None).sort("group")
     tested = [p for p in table["p_value"].to_list() if p is not None]
     adjusted = iter(holm(tested))
@@ -194,7 +201,8 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
     table = table.with_columns(resolved=(pl.col("p_holm") < 1 - LEVEL).fill_null(False)
                                & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)).fill_null(False))
     plans = [_plan(row, splits[row["group"]], len(tested)) for row in table.iter_rows(named=True)]
-    return Comparisons(table=table.select(list(COMPARISON_COLUMNS)), notes=notes, plans=plans)
+    table = table.select(list(COMPARISON_COLUMNS)).cast(dict(no_comparisons().schema))
+    return Comparisons(table=table, notes=notes, plans=plans)
 
 
 def _comparison(group: str, reference: str, pairs: pl.DataFrame,
