@@ -755,18 +755,19 @@ def sweeps(quick: bool) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.bench import endpoint, versus
+    from harness.bench import calibration, endpoint, versus
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=" ".join(
         __doc__.split("\n\n")[0].split()),  # the docstring's first paragraph: a whole sentence
         epilog="python -m harness.bench endpoint: the run's endpoint alone, an outside agent's call against"
         " a native call; python -m harness.bench versus: the harness and inspect_ai against the same HTTP"
-        " model (each --help says more).")
+        " model; python -m harness.bench calibration: the report's verdicts against an agent with a known"
+        " truth (each --help says more).")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--skip-local-model", action="store_true", help="leave out section 5, which "
                         "starts the real local model (SmolLM2 on llama-cpp-python)")
     usage = (p.format_usage().removeprefix("usage: ").strip()
-             for p in (parser, endpoint.parser(), versus.parser()))
+             for p in (parser, endpoint.parser(), versus.parser(), calibration.parser()))
     parser.usage = "\n       ".join(usage)  # every form, so that each one's flags are known
     return parser
 
@@ -774,10 +775,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
-    from harness.bench import endpoint, versus
+    from harness.bench import calibration, endpoint, versus
 
     given = sys.argv[1:] if argv is None else argv
-    sections = {"endpoint": endpoint.main, "versus": versus.main}
+    sections = {"endpoint": endpoint.main, "versus": versus.main, "calibration": calibration.main}
     if given[:1] and given[0] in sections:
         return sections[given[0]](given[1:])
     import ray
