@@ -237,8 +237,9 @@ class Gateway:
             text, vectors, tool_calls = None, None, []
             if request.kind == "embed":
                 vectors = [item["embedding"] for item in response.data]
+            elif (message := _message(response)) is None:
+                text, error = "", f"the provider's reply holds no message: {_what_was_sent(response)}"
             else:
-                message = response.choices[0].message
                 # A reply is text from outside: made safe here, before it is counted, cached or shown.
                 text = safe_text(message.content or "")
                 tool_calls = [_safe_call(ToolCall(
@@ -248,7 +249,7 @@ class Gateway:
             answer = _usage(settings.name, request, response, text, tool_calls)
             answer = answer.model_copy(update={"text": text, "tool_calls": tool_calls, "vectors": vectors,
                                                "cost_usd": self._cost(settings, response, answer)})
-            if cache is not None and cache_key is not None:
+            if cache is not None and cache_key is not None and error is None:
                 self._store(cache, cache_key, answer)
         result = self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
                               error, cached=False)
@@ -364,6 +365,21 @@ def _safe_call(call: ToolCall) -> ToolCall:
 def _safe_answer(answer: CachedAnswer) -> CachedAnswer:
     return answer.model_copy(update={"text": None if answer.text is None else safe_text(answer.text),
                                      "tool_calls": [_safe_call(c) for c in answer.tool_calls or []]})
+
+
+def _message(response: Any) -> Any:
+    """The reply's first choice's message, or None where the provider sent none (an empty `choices`)."""
+    choices = getattr(response, "choices", None) or []
+    return getattr(choices[0], "message", None) if choices else None
+
+
+def _what_was_sent(response: Any) -> str:
+    """The start of a reply the gateway cannot read, as one line: what the provider sent, not a traceback."""
+    try:
+        sent = response.model_dump_json() if hasattr(response, "model_dump_json") else _as_json(response)
+    except Exception:  # a reply too broken to serialise still gets its type named
+        sent = type(response).__name__
+    return one_line(str(sent), 200)
 
 
 def _usage(model: str, request: CallRequest, response: Any, text: str | None,

@@ -50,8 +50,9 @@ them in `thoughtsTokenCount` (not in `candidatesTokenCount`; `totalTokenCount` a
 `includeThoughts`. Anthropic thinks only when asked (`thinking: {type: enabled, budget_tokens: N}`):
 a `thinking` block of `min(reasoning_tokens, N)` tokens, counted in `output_tokens`.
 
-Injected, for OpenAI: `failures` (statuses the next requests get, in turn, as OpenAI error bodies)
-and `tool_call` (a request offering `tools` is answered with this call instead of text).
+Injected, for OpenAI: `failures` (statuses the next requests get, in turn, as OpenAI error bodies),
+`tool_call` (a request offering `tools` is answered with this call instead of text) and `reply_body`
+(every request is answered 200 with this JSON as it is: a malformed reply, such as empty `choices`).
 
 Refusals, as the real APIs answer (status and error body in the provider's format): a missing key
 (401; Gemini 403); an OpenAI reasoning model given `temperature` other than 1 or `max_tokens` (400;
@@ -191,6 +192,8 @@ class WireServer(LocalHttpServer):
         """Statuses the next OpenAI requests are answered with, in turn (an OpenAI error body)."""
         self.tool_call: tuple[str, str] | None = None
         """(name, arguments) an OpenAI request that offers `tools` is answered with, as a tool call."""
+        self.reply_body: dict[str, Any] | None = None
+        """A body every OpenAI request is answered with (200) as it is, however malformed."""
 
     @property
     def openai_base(self) -> str:
@@ -244,6 +247,8 @@ class WireServer(LocalHttpServer):
             status = self.failures.pop(0)
             kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, "server_error")
             return _openai_error(status, f"Injected failure ({status}).", None, kind)
+        if self.reply_body is not None:
+            return _json_response(self.reply_body)
         prompt = _openai_prompt(body)
         cached = self._prefix_cached("openai", model, prompt)
         reasoning_tokens = self.reasoning_tokens if reasoning else 0

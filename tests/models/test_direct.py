@@ -157,3 +157,18 @@ def test_a_parameter_the_model_refuses_is_litellms_error_and_nothing_is_sent():
     assert_same(pairs)
     assert bodies == [[], []]
     assert pairs[0][1].record.error.startswith("UnsupportedParamsError: litellm.UnsupportedParamsError")
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["through litellm", "lean path"])
+def test_a_reply_with_no_choices_is_recorded_with_what_the_provider_sent(direct):
+    sent = {"id": "reply-1", "object": "chat.completion", "model": "fake", "choices": [],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 0, "total_tokens": 12}}
+
+    def serves_no_choices(server: WireServer) -> None:
+        server.reply_body = sent
+
+    calls = [("openai/fake", ask("Capital of Peru?", "openai/fake", temperature=0.0))]
+    pairs, _ = both_ways(calls, prepare=serves_no_choices)
+    record = pairs[0][1 if direct else 0].record
+    assert record.error is not None and record.error.startswith("the provider's reply holds no message: ")
+    assert "IndexError" not in record.error
