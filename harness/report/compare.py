@@ -214,7 +214,7 @@ def _comparison(group: str, reference: str, pairs: pl.DataFrame,
     diff = cand.astype(float) - ref.astype(float)
     estimate = cluster_ci(diff, runs)
     per_run = pairs.group_by("run").agg((pl.col("cand").cast(pl.Float64) - pl.col("ref").cast(pl.Float64))
-                                        .mean().alias("difference"))
+                                        .mean().alias("difference")).sort("run")  # seeded draws: one order
     split = variance_split(diff, runs)
     within_low, within_high = stratified_bootstrap_ci(diff, runs, seed=seed)
     gained, lost, p_episodes = mcnemar_exact(ref, cand)

@@ -231,9 +231,11 @@ def power_at(runs: int, effect: float, split: VarianceSplit, tasks_per_run: floa
         return 1.0 if effect else alpha
     shift = abs(effect) * math.sqrt(runs) / spread
     critical = float(t.ppf(1 - alpha / 2, runs - 1))
-    if shift - critical > 10:  # scipy's noncentral t returns nan this far out, where the power is 1
-        return 1.0
-    return float(nct.sf(critical, runs - 1, shift) + nct.cdf(-critical, runs - 1, shift))
+    upper, lower = float(nct.sf(critical, runs - 1, shift)), float(nct.cdf(-critical, runs - 1, shift))
+    # scipy's noncentral t gives nan far in a tail (df 5, shift 10): there the tail's mass is 0 or 1
+    upper = upper if math.isfinite(upper) else float(shift > critical)
+    lower = lower if math.isfinite(lower) else 0.0
+    return min(1.0, upper + lower)
 
 
 def runs_needed(effect: float, split: VarianceSplit, tasks_per_run: float, alpha: float = 0.05,

@@ -205,3 +205,19 @@ def test_forgetting_is_the_drop_from_learning_a_task_to_its_last_replay():
         probe=pl.lit(True), stream_position=pl.lit(3, pl.Int64), success=pl.Series([True, False]))
     row = evolution_metrics(pl.concat([stream, probes]), ["variant"], window=2).row(0, named=True)
     assert row["forgetting"] == pytest.approx(0.5)
+
+
+def test_power_far_in_the_tail_is_a_number():
+    assert power_at(6, 0.3445, VarianceSplit(0.00667, 0.0, 50, 0), 50) == pytest.approx(1.0)
+
+
+def test_the_p_value_of_many_runs_is_the_same_on_every_call():
+    rng = np.random.default_rng(4)
+    groups: dict[str, dict[int, list[bool]]] = {"baseline": {}, "memory": {}}
+    for seed in range(30):
+        groups["baseline"][seed] = list(rng.random(20) < 0.4)
+        groups["memory"][seed] = list(rng.random(20) < 0.45)
+    frame = episodes_frame(groups)
+    p_values = {paired_comparisons(frame.sample(fraction=1.0, shuffle=True, seed=i), ["variant"])
+                .table["p_value"][0] for i in range(5)}
+    assert len(p_values) == 1
