@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
+import json
 import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -97,15 +101,8 @@ def true_difference(sd: float, effect: float, base: float = 0.0) -> float:
 
 
 def promised(runs: int, difference: float, split: VarianceSplit, tasks: int) -> float:
-    """The report's `power_at`; where it gives nan (scipy's noncentral t cdf of the lower tail is nan far out,
-    e.g. 5 degrees of freedom at a shift of 10, where the power is 1 to 8 places), its upper tail alone."""
-    from scipy.stats import nct, t
-
-    power = power_at(runs, difference, split, tasks, ALPHA)
-    if not math.isnan(power):
-        return power
-    shift = abs(difference) * math.sqrt(runs / split.run_variance(tasks))
-    return float(nct.sf(t.ppf(1 - ALPHA / 2, runs - 1), runs - 1, shift))
+    """The power the report's planning line promises (`power_at`)."""
+    return power_at(runs, difference, split, tasks, ALPHA)
 
 
 def planned_power(runs: int, sd: float, effect: float, tasks: int, base: float = 0.0) -> float:
@@ -337,3 +334,45 @@ def main(argv: list[str] | None = None) -> None:
 def _calibrate(call: tuple[int, float, int, int, int, float | None]) -> Row:
     runs, sd, experiments, tasks, seed, effect = call
     return calibrate(runs, sd, experiments, tasks, seed, effect)
+
+
+class KnownTruthAgent:
+    """The synthetic agent as an outside agent (`variant=external
+    variant.entry=harness.bench.calibration:KnownTruthAgent`), for the calibration through a real sweep:
+    the run of arm `arm` with seed `seed` draws its quality q ~ N(0, sd) once; each task's ease ~ N(0, 1) is
+    drawn from the task's question (the same for every run); the task is solved, its code word read from the
+    question and replied, with probability sigmoid(ease + q + effect), else a wrong word. One model call per
+    task, so the run is billed like any other. Tasks: `python -m harness.bench calibration --write-tasks`."""
+
+    def __init__(self, llm: Any, workdir: str, seed: int, arm: str = "a", sd: float = 1.0,
+                 effect: float = 0.0) -> None:
+        from openai import OpenAI
+
+        self.client, self.model = OpenAI(base_url=llm.base_url, api_key=llm.api_key), llm.model
+        self.quality = sd * _normal(f"{arm}/{seed}")
+        self.arm, self.seed, self.effect = arm, seed, effect
+
+    def solve(self, task: dict[str, Any]) -> str:
+        question = task["question"]
+        self.client.chat.completions.create(model=self.model,
+                                            messages=[{"role": "user", "content": question}])
+        chance = float(sigmoid(np.array(_normal(question) + self.quality + self.effect)))
+        solved = _uniform(f"{self.arm}/{self.seed}/{question}") < chance
+        return question.rsplit(" ", 1)[-1] if solved else "wrong"
+
+
+def _uniform(key: str) -> float:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+
+
+def _normal(key: str) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(min(max(_uniform(key), 1e-12), 1 - 1e-12)))
+
+
+def write_tasks(path: Path, count: int = 200) -> None:
+    """`count` tasks whose answer is the code word at the end of the question (env=jsonl, exact scorer)."""
+    lines = [json.dumps({"id": f"word-{i}", "question": f"Reply with the code word: w{i:04d}x",
+                         "answer": f"w{i:04d}x"}) for i in range(count)]
+    path.write_text("\n".join(lines) + "\n")
