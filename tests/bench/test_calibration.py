@@ -49,3 +49,19 @@ def test_the_command_prints_its_table_and_how_long_it_took(capsys):
     rows = [line for line in out.splitlines() if line.startswith(("| 3 |", "| 6 |"))]
     assert len(rows) == 2 and "| 3 | 0 | 3 | 0.000 [0.000, 0.708] |" in rows[0]  # 3 runs never resolve
     assert "bench took" in out
+
+
+def test_the_outside_known_truth_agent_solves_with_its_runs_quality_and_replies_the_code_word():
+    from types import SimpleNamespace
+
+    llm = SimpleNamespace(base_url="http://127.0.0.1:9/v1", api_key="unused", model="scripted/x")
+    calls = []
+    silent = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(
+        create=lambda **request: calls.append(request))))
+    task = {"question": "Reply with the code word: w0007x"}
+    agents = {effect: calibration.KnownTruthAgent(llm, "/tmp", seed=3, effect=effect) for effect in (-30, 30)}
+    for agent in agents.values():
+        agent.client = silent
+    assert agents[30].solve(task) == "w0007x" and agents[-30].solve(task) == "wrong" and len(calls) == 2
+    same = calibration.KnownTruthAgent(llm, "/tmp", seed=3).quality
+    assert same == agents[30].quality != calibration.KnownTruthAgent(llm, "/tmp", seed=3, arm="b").quality
