@@ -7,6 +7,12 @@ exception (pass@1). The program is the reply's last ```` ```python ```` block, e
 block, else the whole reply. It runs in the kernel sandbox: no network, no file of ours, only the
 standard library, CPU, memory and wall time bounded; the verdict is one line ("passed the tests",
 "failed the tests: AssertionError", "failed the tests: NameError: ...", "timed out ...").
+The verdict is what the sandbox's runner returns once the tests have run, through the sandbox's
+own channel with a nonce drawn for the run: a program that writes `{"value": "passed"}` to a
+result file and exits has "failed the tests: ended without returning a result" (written to a
+descriptor it guesses: "... no readable result"). Not guaranteed: the program and its tests share
+one interpreter, so a program written to subvert them (an answer equal to everything, the
+runner's frames searched for the nonce) is beyond what running the tests can stop.
 
 Options: `timeout` (wall seconds per program, 10), `memory_mb` (512), `weak` (false; true: the
 weak subprocess sandbox, where kernel isolation is unavailable: it stops honest mistakes, not an

@@ -12,8 +12,16 @@ read, as MATH's grader (`last_boxed_only_string`) reads it; math-verify alone wo
 "\\boxed{5}, no: \\boxed{72}" as the set {5, 72}. A reply that is one short line with no math
 delimiters ("\\left( 3, \\frac{\\pi}{2} \\right)", "2, 3", as a model told to give the answer only
 writes it) is also read as the reference is, and either reading may match: math-verify's extraction
-needs `$...$` around LaTeX and would take the 3 out of both. Only the last 20,000 characters are
-read: the final answer is at the end, and math-verify's patterns are slow on megabytes.
+needs `$...$` around LaTeX and would take the 3 out of both.
+
+The last box is read whole or not at all: its braces are matched over the whole reply (escaped
+ones, `\\{`, skipped), however far from the end it is, and math-verify is given that box alone.
+A box that is not closed within 20,000 characters, or whose braces nest more than 50 deep, is
+refused with that reason, never judged by a fragment: math-verify 0.9.0 itself misreads
+deep nesting (measured: a box of 108 nested `\\frac{1}{...}` around 2, worth 2, read as 1/2; 104
+read right). A reply with no box is read from its last 20,000 characters, cut at a line break (or
+a space) so that no line is read in part, since math-verify's patterns are slow on megabytes; one
+with neither in those characters is refused.
 
 The reference (and each alias) is a bare answer as MATH and AIME datasets hold it ("\\frac{1}{2}",
 "[0, \\infty)", "204"): it is read as LaTeX (`$...$`), then as a boxed answer, then as a plain
@@ -43,6 +51,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -55,6 +64,11 @@ from envs.base import Task
 from envs.scorers import Scorer, Verdict
 
 _READ_CHARS = 20_000
+_MAX_DEPTH = 50
+"""Braces nested inside a box, at most (a MATH answer nests a handful)."""
+_BOX = re.compile(r"\\boxed(?![A-Za-z])")
+_BRACE = re.compile(r"\\.|[{}]", re.DOTALL)
+_TOKEN = re.compile(r"[^\s$]+")
 _BARE_CHARS = 300
 _MEMORY_LIMIT = 4 << 30
 _START_TIMEOUT = 120.0
@@ -160,6 +174,43 @@ class _Helper:
                 self._stop()
 
 
+def last_box(reply: str) -> tuple[str | None, str | None]:
+    """The reply's last `\\boxed{...}`, whole, or why it cannot be read whole: (box, None),
+    (None, reason), or (None, None) where the reply has no box. `\\boxed 5.` (MATH's unbraced form)
+    is read as `\\boxed{5}`."""
+    starts = [match.end() for match in _BOX.finditer(reply)]
+    if not starts:
+        return None, None
+    start = len(reply) - len(reply[starts[-1]:].lstrip())
+    if not reply.startswith("{", start):  # to the next space or $, less a closing full stop or comma
+        token = _TOKEN.match(reply, start)
+        answer = token.group().rstrip(".,;:") if token else ""
+        return (f"\\boxed{{{answer}}}", None) if answer else (None, "the last \\boxed holds no answer")
+    depth = 0
+    for brace in _BRACE.finditer(reply, start, start + _READ_CHARS + 2):
+        depth += {"{": 1, "}": -1}.get(brace.group(), 0)
+        if depth > _MAX_DEPTH + 1:
+            return None, f"the last \\boxed{{...}} nests braces more than {_MAX_DEPTH} deep: not read"
+        if depth == 0:
+            return f"\\boxed{{{reply[start + 1: brace.start()]}}}", None
+    return None, f"the last \\boxed{{ is not closed within {_READ_CHARS:,} characters: not read"
+
+
+def answer_text(reply: str) -> tuple[str | None, str | None]:
+    """What math-verify is given of the reply (its last box whole, else its last 20,000 characters
+    from a line break or space on), or None and why the reply is not read."""
+    box, refusal = last_box(reply)
+    if box is not None or refusal is not None:
+        return box, refusal
+    if len(reply) <= _READ_CHARS:
+        return reply, None
+    tail = reply[-_READ_CHARS:]
+    cut = next((index for index in (tail.find("\n"), tail.find(" ")) if index >= 0), -1)
+    if cut < 0:
+        return None, f"no line break or space in the reply's last {_READ_CHARS:,} characters: not read"
+    return tail[cut + 1:], None
+
+
 class Math(Scorer):
     name = "math"
 
@@ -209,8 +260,10 @@ class Math(Scorer):
             # json.dumps escapes lone surrogates and control characters: any str travels.
             # The last box only, as MATH's own grader (last_boxed_only_string) reads it: math-verify
             # would read "\boxed{5}, no: \boxed{72}" as the set {5, 72}.
-            boxed = reply.rfind("\\boxed")
-            answer = self._ask([task.answer, *task.aliases], reply[max(boxed, 0):][-_READ_CHARS:])
+            text, refusal = answer_text(reply)
+            if refusal is not None:
+                return Verdict(score=0.0, success=False, response=None, reason=refusal)
+            answer = self._ask([task.answer, *task.aliases], text)
         except Exception as error:  # not text at all, or a broken answer line: never raise on a reply
             return Verdict(score=0.0, success=False, response=None,
                            reason=f"unreadable reply ({type(error).__name__})")

@@ -16,12 +16,19 @@ Kernel isolation (Linux; `isolation="kernel"`), in the order the layers are buil
    the address-space limit does not count: SysV shared memory, semaphores and message queues,
    POSIX message queues, memfd), and rlimits: CPU seconds, address space, file size (the output
    cap), open files, and processes (by default it cannot fork). It closes every inherited
-   descriptor, then installs the Python audit hook of the weak mode (defence in depth only:
-   Python code can switch it off) and calls tool(argument).
-4. Stage 1 enforces the wall clock (SIGKILL to PID 1 takes the namespace down), reads stdout and
-   the result out of /work without following links, and reports one JSON line.
+   descriptor but the result channel, then installs the Python audit hook of the weak mode
+   (defence in depth only: Python code can switch it off) and calls tool(argument).
+4. Stage 1 enforces the wall clock (SIGKILL to PID 1 takes the namespace down), reads the result
+   channel and stdout (out of /work, without following links), and reports one JSON line.
+The value comes back through a channel the trusted side owns, never a file the code can write: a
+pipe (kernel) or a file with no name (weak) that the trusted runner writes once tool(argument) has
+returned, as `{"nonce": ..., "value": ...}` with a nonce drawn for the run; anything else there
+(no nonce, a wrong one, over the output limit) is no result. So code that writes a result file
+and exits, or writes to a descriptor it guesses, gets no value. The nonce is in no file, no
+argument and no name the code is given; code that searches its own interpreter's frames for it
+(the runner and the code share one interpreter) is beyond what this channel can stop.
 `run` returns only after every process of the sandbox is gone, and it never raises: every way a tool
-can end (any signal, a result file that is huge, deeply nested, not UTF-8 or not JSON) is a result.
+can end (any signal, a result that is huge, deeply nested, not UTF-8 or not JSON) is a result.
 What the tool returns or prints is made safe (harness.text) before anyone reads it: lone
 surrogates replaced, control characters shown escaped, so it can reach no terminal or table raw.
 
@@ -96,14 +103,15 @@ class Sandbox:
         self.isolation: Literal["kernel", "weak"] = "weak" if weak else "kernel"
 
     def run(self, code: str, argument: str) -> SandboxResult:
+        nonce = secrets.token_hex(16)
         config = {"code": code, "argument": argument, "cpu_s": self.cpu_s, "memory_mb": self.memory_mb,
-                  "output_bytes": self.output_bytes, "max_processes": self.max_processes}
+                  "output_bytes": self.output_bytes, "max_processes": self.max_processes, "nonce": nonce}
         launch = _run_weak if self.isolation == "weak" else _run_kernel
         try:
             stdout, result, failure = launch(config, self.wall_s)
             if failure == "timeout":
                 failure = f"wall-time limit of {self.wall_s:g} s exceeded"
-            return self._result(stdout, result, failure)
+            return self._result(stdout, result, failure, nonce)
         except Exception as error:  # a bug of ours or a host failure: the tool's attempt fails, no more
             error_text = one_line(f"sandbox error: {type(error).__name__}: {error}")
             return SandboxResult(ok=False, value=None, error=error_text, stdout="", isolation=self.isolation)
@@ -111,30 +119,32 @@ class Sandbox:
     async def arun(self, code: str, argument: str) -> SandboxResult:
         return await asyncio.to_thread(self.run, code, argument)
 
-    def _result(self, raw: bytes, result: str | None, failure: str | None) -> SandboxResult:
+    def _result(self, raw: bytes, result: bytes, failure: str | None, nonce: str) -> SandboxResult:
         stdout = safe_text(raw[: self.output_bytes].decode(errors="replace"))
         if failure is not None and len(raw) >= self.output_bytes:
             failure = f"output size limit of {self.output_bytes} bytes exceeded"  # writes fail with EFBIG
             stdout = stdout[-200:]
-        if failure is None and result is not None:
-            value = _result_value(result[: self.output_bytes])
+        if failure is None and result:
+            value = _result_value(result, nonce) if len(result) <= self.output_bytes else None
             if value is not None:
                 return SandboxResult(ok=True, value=safe_text(value), error=None, stdout=stdout,
                                      isolation=self.isolation)
             failure = "no readable result"
         if failure is None:
-            failure = "no result"
+            failure = "ended without returning a result"
         last_line = next((line for line in reversed(stdout.strip().splitlines()) if line.strip()), "")
         error = f"{failure}: {last_line[:200]}" if last_line else failure
         return SandboxResult(ok=False, value=None, error=error[:500], stdout=stdout, isolation=self.isolation)
 
 
-def _result_value(result: str) -> str | None:
-    """The tool's value from its result file's text: `{"value": "<text>"}`, else None. The file is
-    the tool's to write, so any text at all may be there (nesting deep enough to exhaust the
-    parser's recursion included)."""
+def _result_value(result: bytes, nonce: str) -> str | None:
+    """The tool's value from what came through the result channel: `{"nonce": "<this run's>",
+    "value": "<text>"}`, else None. Code that finds the channel can write anything there (bytes
+    that are not UTF-8, nesting deep enough to exhaust the parser's recursion), so anything is
+    read as a result or as none."""
     try:
-        value = json.loads(result)["value"]
+        said = json.loads(result)
+        value = said["value"] if said["nonce"] == nonce else None
     except (ValueError, KeyError, TypeError, IndexError, RecursionError):
         return None
     return value if isinstance(value, str) else None
@@ -146,19 +156,20 @@ def kernel_isolation_problem() -> str | None:
     if sys.platform != "linux":
         return f"it needs Linux namespaces, this is {sys.platform}"
     probe = {"code": "def tool(q):\n    return q", "argument": "probe", "cpu_s": 5, "memory_mb": 256,
-             "output_bytes": 10_000, "max_processes": 1}
+             "output_bytes": 10_000, "max_processes": 1, "nonce": secrets.token_hex(16)}
     try:
         stdout, result, failure = _run_kernel(probe, wall_s=20)
     except OSError as error:
         return str(error)
-    if failure is None and result == '{"value": "probe"}':
+    if failure is None and _result_value(result, probe["nonce"]) == "probe":
         return None
     last = stdout.decode(errors="replace").strip().splitlines()[-1:]
     return (failure or "no result") + (f": {last[0][:200]}" if last else "")
 
 
-Report = tuple[bytes, str | None, str | None]
-"""What a launch hands back: stdout, the result file's text, and why it failed (None: it did not)."""
+Report = tuple[bytes, bytes, str | None]
+"""What a launch hands back: stdout, what came through the result channel (up to the output limit
+and one byte more), and why it failed (None: it did not)."""
 
 
 def _user_namespace() -> bool:
@@ -179,27 +190,31 @@ def _run_kernel(config: dict[str, Any], wall_s: float) -> Report:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        return b"", None, "timeout"
+        return b"", b"", "timeout"
     try:
         report = json.loads(out.splitlines()[-1])
     except (IndexError, ValueError):
         last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {process.returncode}"]
-        return b"", None, f"sandbox failed to start: {last[0][:300]}"
-    stdout = base64.b64decode(report.get("stdout", ""))
+        return b"", b"", f"sandbox failed to start: {last[0][:300]}"
+    stdout, result = base64.b64decode(report.get("stdout", "")), base64.b64decode(report.get("result", ""))
     if "error" in report:
-        return stdout, None, f"sandbox setup failed: {report['error']}"
+        return stdout, b"", f"sandbox setup failed: {report['error']}"
     if report.get("timeout"):
-        return stdout, report.get("result"), "timeout"
-    return stdout, report.get("result"), _exit_reason(os.waitstatus_to_exitcode(report["status"]))
+        return stdout, result, "timeout"
+    return stdout, result, _exit_reason(os.waitstatus_to_exitcode(report["status"]))
 
 
 def _run_weak(config: dict[str, Any], wall_s: float) -> Report:
-    with tempfile.TemporaryDirectory(prefix="harness-sandbox-") as workdir:
+    # The result channel: a file with no name (unlinked at birth), outside the tool's directory.
+    with (tempfile.TemporaryDirectory(prefix="harness-sandbox-") as workdir,
+          tempfile.TemporaryFile(prefix="harness-sandbox-result-") as channel):
         root = Path(workdir)
+        config = {**config, "result_fd": channel.fileno()}
         with (root / "stdout.txt").open("wb") as stdout:
             process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _inside_source("_inside_weak")],
                                        cwd=root, stdin=subprocess.PIPE, stdout=stdout,
-                                       stderr=subprocess.STDOUT, env=_ENV, start_new_session=True)
+                                       stderr=subprocess.STDOUT, env=_ENV, start_new_session=True,
+                                       pass_fds=(channel.fileno(),))
             try:
                 process.communicate(json.dumps(config).encode(), timeout=wall_s)
                 failure = _exit_reason(process.returncode)
@@ -207,12 +222,8 @@ def _run_weak(config: dict[str, Any], wall_s: float) -> Report:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 failure = "timeout"
-        result_file = root / "result.json"
-        result = None
-        if result_file.is_file():
-            with result_file.open("rb") as file:
-                result = file.read(config["output_bytes"]).decode(errors="replace")
-        return (root / "stdout.txt").read_bytes(), result, failure
+        channel.seek(0)
+        return (root / "stdout.txt").read_bytes(), channel.read(config["output_bytes"] + 1), failure
 
 
 def _exit_reason(code: int) -> str | None:

@@ -59,10 +59,8 @@ def _inside_stage1():
     import base64
     import json
     import os
-    import select
     import signal
     import sys
-    import time
 
     config = json.loads(sys.stdin.buffer.read())
     call = _inside_libc()
@@ -76,32 +74,59 @@ def _inside_stage1():
         return
     config["binds"] = [p for p in sys.path if os.path.isdir(p)]
     status_r, status_w = os.pipe()
+    result_r, result_w = os.pipe()  # the result channel: no path reaches it, inside or out
+    config["result_fd"] = result_w
     pid1 = os.fork()
     if pid1 == 0:
         os.close(status_r)
+        os.close(result_r)
         _inside_pid1(config, call, status_w)
     os.close(status_w)
-    messages, timed_out = b"", False
-    while True:  # PID 1 closes the pipe when it is gone
-        remaining = config["deadline"] - time.monotonic()
-        if remaining <= 0 or not select.select([status_r], [], [], remaining)[0]:
-            timed_out = True
-            os.kill(pid1, signal.SIGKILL)
-            break
-        chunk = os.read(status_r, 4096)
-        if not chunk:
-            break
-        messages += chunk
+    os.close(result_w)
+    limit = config["output_bytes"]
+    messages, result, timed_out = _inside_watch(pid1, status_r, result_r, config["deadline"], limit)
     os.waitpid(pid1, 0)  # returns once the kernel has killed and reaped the whole namespace
+    while chunk := os.read(result_r, 65536):  # every writer is gone: this ends
+        result = _inside_keep(result, chunk, limit)
     try:
         report = {"timeout": True} if timed_out else json.loads(messages.splitlines()[-1])
     except (IndexError, ValueError):
         report = {"error": "PID 1 ended without a status"}
-    limit = config["output_bytes"]
     report["stdout"] = base64.b64encode(_inside_read("/tmp/work", "stdout.txt", limit) or b"").decode()
-    result = _inside_read("/tmp/work", "result.json", limit)
-    report["result"] = result.decode(errors="replace") if result is not None else None
+    report["result"] = base64.b64encode(result).decode()
     print(json.dumps(report), flush=True)
+
+
+def _inside_watch(pid1, status_r, result_r, deadline, limit):
+    """PID 1's status lines and the result channel, read until PID 1 is gone (it closes the status
+    pipe) or the wall clock runs out (then PID 1 is killed): (messages, result, timed out)."""
+    import os
+    import select
+    import signal
+    import time
+
+    messages, result, watched = b"", b"", [status_r, result_r]
+    while True:
+        remaining = deadline - time.monotonic()
+        ready = select.select(watched, [], [], remaining)[0] if remaining > 0 else []
+        if not ready:
+            os.kill(pid1, signal.SIGKILL)
+            return messages, result, True
+        if result_r in ready:
+            chunk = os.read(result_r, 65536)
+            if not chunk:  # every writer closed it: watch the status alone
+                watched.remove(result_r)
+            result = _inside_keep(result, chunk, limit)
+        if status_r in ready:
+            chunk = os.read(status_r, 4096)
+            if not chunk:
+                return messages, result, False
+            messages += chunk
+
+
+def _inside_keep(kept, chunk, limit):
+    """What is kept of the result channel: up to `limit` + 1 bytes (one more says it ran over)."""
+    return kept + chunk[: max(0, limit + 1 - len(kept))]
 
 
 def _inside_unshare(call, config):
@@ -156,6 +181,7 @@ def _inside_pid1(config, call, status_fd):
         tool = os.fork()
         if tool == 0:  # the tool closes status_fd with every other inherited descriptor
             _inside_finish(lambda: _inside_tool(config, call))
+        os.close(config["result_fd"])  # the tool's alone now
         while True:
             pid, status = os.waitpid(-1, 0)
             if pid == tool:
@@ -234,10 +260,12 @@ def _inside_tool(config, call):
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)
+    os.dup2(config["result_fd"], 3)  # the result channel: the one descriptor kept
+    config["result_fd"] = 3
     try:
-        call("close_range", 3, 0xFFFFFFFF, 0)
+        call("close_range", 4, 0xFFFFFFFF, 0)
     except (AttributeError, OSError):  # libc or kernel too old
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
     _inside_drop_privileges(config, call)
     # in a user namespace, stage 1 and PID 1 have the tool's uid too
     _inside_limits(config, processes=config["max_processes"] + (2 if config["userns"] else 0))
@@ -351,7 +379,7 @@ def _inside_finish(run):
 
 
 def _inside_call_tool(config):
-    """The audit hook (a tripwire, not a wall), then tool(argument) -> result.json."""
+    """The audit hook (a tripwire, not a wall), then tool(argument) -> the result channel."""
     import json
     import os
     import sys
@@ -383,12 +411,17 @@ def _inside_call_tool(config):
 
     code = config.pop("code")
     argument = config.pop("argument")
+    # The value goes out through the channel the trusted side holds, with the run's nonce: a file
+    # the code writes, or a guess at the descriptor without the nonce, is no result.
+    channel, nonce, limit = config.pop("result_fd"), config.pop("nonce"), config["output_bytes"]
     with open("tool.py", "w") as source:  # for tracebacks
         source.write(code)
-    result_file = open("result.json", "w")  # noqa: SIM115  (closed below, after the tool ran)
     sys.addaudithook(hook)
     namespace = {"__name__": "tool"}
     exec(compile(code, "tool.py", "exec"), namespace)
     value = namespace["tool"](argument)
-    json.dump({"value": str(value)}, result_file)
-    result_file.close()
+    data = json.dumps({"nonce": nonce, "value": str(value)}).encode()
+    if len(data) > limit:
+        raise ValueError(f"the value is over the output size limit of {limit} bytes")
+    while data:
+        data = data[os.write(channel, data):]

@@ -96,3 +96,24 @@ def test_mbpp_rows_are_scored_against_their_list_of_tests(tmp_path):
                                                                        "failed the tests: AssertionError")
     references = {e["task_id"]: e["reference"] for e in run.rows["episodes"]}
     assert references["3"] == "assert is_not_prime(2) == False\nassert is_not_prime(10) == True"
+
+
+FORGED = """```python
+import json, os
+
+def add(a, b):
+    return a - b
+
+with open("result.json", "w") as verdict:
+    json.dump({"value": "passed"}, verdict)
+os._exit(0)
+```"""
+
+
+@pytest.mark.parametrize("weak", [False, True], ids=["kernel", "weak"])
+def test_a_program_that_writes_its_own_pass_and_exits_fails(weak):
+    # The verdict comes through the sandbox's channel, with the run's nonce, only once the tests
+    # have run: a result.json in the working directory is nobody's verdict.
+    result = scored(FORGED, weak=weak)
+    assert (result.success, result.score, result.reason) == (
+        False, 0.0, "failed the tests: ended without returning a result")

@@ -171,6 +171,8 @@ MATH = [
     ("percent", "10\\%", "\\boxed{10}", True),
     ("dollars", "\\$18.90", "\\boxed{18.90}", True),
     ("text-answer", "\\text{Evelyn}", "\\boxed{\\text{Evelyn}}", True),
+    ("unbraced-box", "4", "So \\boxed 4, done.", True),
+    ("escaped-braces-in-box", "\\{1,2\\}", "The set is \\boxed{\\{2,1\\}} (checked).", True),
     ("bare-latex-reply", "\\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
     ("bare-latex-equivalent", HALF, "\\frac{2}{4}", True),
     ("bare-list", "2, 3", "2, 3", True),
@@ -202,6 +204,39 @@ def test_math_scores_from_worker_threads(math_scorer):
     with ThreadPoolExecutor(4) as pool:
         verdicts = list(pool.map(lambda reply: math_scorer.score(reply, task(HALF)), replies))
     assert [judged(v).success for v in verdicts] == [True, False, True, True] * 3
+
+
+def test_math_reads_the_last_box_whole_however_much_text_follows_it(math_scorer):
+    after = "Checking the other cases: 3 + 4 = 7, and so on. " * 460  # 22 KB, its last number 7
+    verdict = judged(math_scorer.score("So the answer is \\boxed{4}.\n\n" + after, task("4")))
+    assert len(after) > 22_000 and verdict.success and verdict.response == "4", verdict
+
+
+def nested_fraction(levels: int) -> str:
+    """1/(1/(...(1/2))): worth 2 where `levels` is even, 1/2 where it is odd."""
+    return "\\frac{1}{" * levels + "2" + "}" * levels
+
+
+def test_math_refuses_a_box_nested_past_its_bound_rather_than_read_a_fragment(math_scorer):
+    deep = "\\boxed{" + nested_fraction(2000) + "}"  # worth 2
+    for reference in ("2", HALF):
+        verdict = judged(math_scorer.score(deep, task(reference)))
+        assert (verdict.success, verdict.reason) == (
+            False, "the last \\boxed{...} nests braces more than 50 deep: not read"), verdict
+    within = "\\boxed{" + nested_fraction(50) + "}"  # the bound itself: read, and read right
+    assert judged(math_scorer.score(within, task("2"))).success
+    assert not judged(math_scorer.score(within, task(HALF))).success
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("So \\boxed{4 and then " + "more words " * 2000,
+     "the last \\boxed{ is not closed within 20,000 characters: not read"),
+    ("The answer is 4, not " + "9" * 30_000,
+     "no line break or space in the reply's last 20,000 characters: not read"),
+], ids=["box-never-closed", "no-box-in-one-long-word"])
+def test_math_refuses_what_it_could_read_only_in_part(math_scorer, reply, reason):
+    verdict = judged(math_scorer.score(reply, task("4")))
+    assert (verdict.success, verdict.reason) == (False, reason)
 
 
 def test_math_a_runaway_reply_times_out_and_the_next_is_scored():

@@ -83,3 +83,18 @@ def test_output_is_capped(sandbox):
 def test_processes_and_native_code_are_blocked(sandbox, code):
     result = sandbox.run(code, "x")
     assert not result.ok and "not allowed" in result.error
+
+
+FORGE = "json.dumps({'value': 'passed'})"
+
+
+@pytest.mark.parametrize(("forgery", "error"), [
+    (f"open('result.json', 'w').write({FORGE})", "ended without returning a result"),
+    ("[write(fd) for fd in range(3, 1024)]", "no readable result"),
+], ids=["result-file", "guessed-descriptor"])
+def test_a_value_written_anywhere_but_through_the_runner_is_no_result(sandbox, forgery, error):
+    # A file in the working directory is no channel; a descriptor guessed lacks the run's nonce.
+    code = (f"import json, os\n\ndef write(fd):\n    try:\n        os.write(fd, {FORGE}.encode())\n"
+            f"    except OSError:\n        pass\n\ndef tool(q):\n    {forgery}\n    os._exit(0)\n")
+    result = sandbox.run(code, "x")
+    assert (result.ok, result.value, result.error) == (False, None, error)
