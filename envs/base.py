@@ -9,6 +9,7 @@ it is done and that scores itself.
 from __future__ import annotations
 
 import abc
+import asyncio
 import re
 import string
 import unicodedata
@@ -83,6 +84,9 @@ class Verdict(BaseModel):
 
 class ReplyScorer(Protocol):
     """What a single-turn episode scores a reply with: `envs.scorers.Scorer`."""
+
+    blocking: bool
+    """`score` can take seconds: run it in a thread, off the event loop."""
 
     def score(self, reply: str, task: Task) -> Verdict: ...
 
@@ -220,8 +224,9 @@ class SingleTurnEpisode(EnvEpisode):
     def step(self, action: str) -> StepResult:
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
-        if self.scorer is not None and getattr(self.scorer, "settles", False):
-            self._unsettled = action  # scored by `settle`: a model asked, or code run
+        if self.scorer is not None and (getattr(self.scorer, "settles", False)
+                                        or getattr(self.scorer, "blocking", False)):
+            self._unsettled = action  # scored by `settle`: a model asked, code run, or a slow check
         elif self.scorer is not None:
             self._take(self.scorer.score(action, self._task))
         else:
@@ -237,7 +242,10 @@ class SingleTurnEpisode(EnvEpisode):
     async def settle(self, checks: Checks) -> None:
         if self._unsettled is not None:
             reply, self._unsettled = self._unsettled, None
-            self._take(await self.scorer.settle(reply, self._task, checks))  # type: ignore[union-attr]
+            if getattr(self.scorer, "settles", False):
+                self._take(await self.scorer.settle(reply, self._task, checks))  # type: ignore[union-attr]
+            else:
+                self._take(await asyncio.to_thread(self.scorer.score, reply, self._task))  # type: ignore[union-attr]
 
     def score(self) -> Score:
         if self._unsettled is not None:

@@ -35,6 +35,11 @@ class Scorer(abc.ABC):
         if "name" in cls.__dict__:
             Scorer.registry[cls.name] = cls
 
+    blocking: ClassVar[bool] = False
+    """Its `score` can take seconds (a query, a helper process): the episode scores the reply in a
+    thread at `settle`, off the event loop that the worker's other agent runs and their model calls
+    share, so a slow verdict stops no other run's clock."""
+
     @abc.abstractmethod
     def score(self, reply: str, task: Task) -> Verdict:
         """The verdict on `reply` (the model's whole reply) to `task`; never raises on the reply."""

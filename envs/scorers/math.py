@@ -213,6 +213,7 @@ def answer_text(reply: str) -> tuple[str | None, str | None]:
 
 class Math(Scorer):
     name = "math"
+    blocking = True  # a helper process, up to 2 x timeout per reply
 
     def __init__(self, timeout: float = 5.0, float_rounding: int = 6) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:

@@ -103,6 +103,7 @@ def _read_only(action: int, *_: Any) -> int:
 
 class Sql(Scorer):
     name = "sql"
+    blocking = True  # a query may run up to its timeout
 
     def __init__(self, rows: str = "multiset", order: str = "reference", columns: str = "ordered",
                  timeout: float = 30.0, max_rows: int = 10_000) -> None:
