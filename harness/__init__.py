@@ -1,4 +1,9 @@
-"""harness: a Ray-based parallel benchmark harness for self-evolving LLM agents."""
+"""harness: a Ray-based parallel benchmark harness for self-evolving LLM agents.
+
+Importing it sets the environment variables of HARNESS_ENV in this process's `os.environ` (each only
+where the user has not set it): they must be in place before anything imports litellm or starts Ray,
+and every Ray worker inherits them.
+"""
 
 import os
 

@@ -1,4 +1,7 @@
-"""What agents and the harness share: the one module both sides import, and that imports neither.
+"""What agents and the harness share: the one module of the harness that agents import.
+
+It imports no agent, and of the harness only what it hands on to agents: the sandbox they run
+model-written code in, the table records their rows are, one-line errors and safe text.
 
 Agents (`agents/`) see the harness only through this: the model client they call, the trial of a
 task, what an attempt and its verdicts are, the guard their self-edits pass, and the recorder

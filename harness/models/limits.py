@@ -159,7 +159,7 @@ class ModelLimits:
         self._grant(pool)
 
     def in_use(self, key: str) -> int:
-        """Permits leased out now (for tests and the dashboard)."""
+        """Permits leased out now: how the tests see a cap hold (tests/models/test_limits.py)."""
         pool = self._pools.get(key)
         return sum(pool.held.values()) if pool else 0
 

@@ -2,6 +2,7 @@
 
 `records` defines every table as a pydantic model (the Arrow schema derived from it); `writer` is
 the one writer (append-only Parquet part files, compacted at close); `resume` finds what a run has
-finished and sets aside the rest; `summary` reads the tables back (`read_table`) and sums them up;
-`costs` is the one policy for dollars that may be unknown.
+finished and sets aside the rest; `reading` reads the tables back (`read_table`, `read_tables`);
+`summary` sums them up per variant, seed and model; `costs` is the one policy for dollars that may be
+unknown.
 """
