@@ -97,3 +97,8 @@ def test_the_readme_the_index_and_the_site_list_the_pages_in_one_order():
     index = [link for link in links(DOCS / "index.md") if "/" not in link and "#" not in link]
     assert listed == nav, f"README.md lists the pages as {listed}; mkdocs.yml's nav: {nav}"
     assert index == nav, f"docs/index.md lists the pages as {index}; mkdocs.yml's nav: {nav}"
+
+
+def test_the_readme_stays_a_front_door_of_at_most_250_lines():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= 250, f"README.md has {lines} lines: move the detail to docs/ and link it"
