@@ -283,9 +283,9 @@ class SessionMeter:
         for process in self.members():
             try:
                 with process.oneshot():
-                    times = process.cpu_times()
-                    rss += process.memory_info().rss
+                    times = process.cpu_times()  # readable from a zombie too, its memory not
                     self._cpu[(process.pid, process.create_time())] = times.user + times.system
+                    rss += process.memory_info().rss
             except psutil.Error:
                 continue
         self.peak_rss = max(self.peak_rss, rss)
@@ -310,6 +310,18 @@ class SessionMeter:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def wait_unreaped(pid: int, timeout_s: float) -> bool:
+    """Wait until child `pid` has exited, leaving it unreaped (a zombie) so that its CPU times can still be
+    read: a meter that samples every interval would otherwise lose the process's last one. False when it
+    is still running after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def kill_session(session: int) -> None:
@@ -356,9 +368,11 @@ def measure(argv: list[str], server: ServerProcess, log_path: Path, timeout_s: f
                                    start_new_session=True, env={**os.environ, **(env or {})})
         stopped = ""
         with SessionMeter(process.pid, used_limit=used_limit, also=also) as meter:
-            try:
-                returncode: int | None = process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
+            returncode: int | None = None
+            if wait_unreaped(process.pid, timeout_s):
+                meter.sample()  # the command's last CPU seconds, read from it before it is reaped
+                returncode = process.wait()
+            else:
                 stopped = f"timeout {timeout_s:.0f} s"
             wall = time.time() - started
             if meter.over_limit:
