@@ -15,16 +15,20 @@ the Hugging Face cache, and with HF_HUB_OFFLINE=1 a warm cache is read without t
 from __future__ import annotations
 
 import functools
+import json
+import math
 import random
 import re
 import sqlite3
 import string
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task
@@ -37,6 +41,11 @@ CHOICES = "choices"
 """The placeholder of the lettered options in `fields.question` (with `fields.choices`)."""
 SCHEMA = "schema"
 """The placeholder of the SQL database's CREATE statements (with `env.db_dir`)."""
+CHECK_UP_FRONT_S = 2.0
+"""Seconds the scorer checks references while the dataset is read; the rest are checked as the planner
+draws their tasks, before the run starts (math-verify takes ~2 ms a reference: 200,000 took minutes)."""
+REGEX_TIMEOUT_S = 1.0
+"""Seconds `fields.answer_regex` may take on one reference."""
 
 
 def template_names(template: str) -> set[str]:
@@ -83,8 +92,8 @@ class Fields(BaseModel):
     def _a_regex_compiles(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                re.compile(value)
-            except re.error as error:
+                regex.compile(value)
+            except regex.error as error:
                 raise ValueError(f"not a valid regular expression ({error})") from None
         return value
 
@@ -222,14 +231,122 @@ lock breaks when two threads read at once (huggingface/datasets#7660: a job fail
 'tqdm' has no attribute '_lock'")."""
 
 
+DATA_FORMATS = {**BUILDERS, ".tsv": "csv", ".txt": "text"}
+"""What `datasets` reads a file of a local directory as, by its suffix (a directory is read as a copy
+of a hub repository: one format, its files split by their names)."""
+METADATA_FILES = {"dataset_infos.json", "dataset_info.json", "dataset_dict.json", "state.json"}
+"""JSON files of a hub repository or a saved dataset that describe it and hold no rows."""
+
+
+def data_files(directory: Path) -> dict[str, list[Path]]:
+    """The data files of a local directory by the format `datasets` reads them as (hidden files and
+    folders, and metadata files, left out as the library leaves them)."""
+    found: dict[str, list[Path]] = {}
+    for file in sorted(directory.rglob("*")):
+        relative = file.relative_to(directory)
+        if (file.is_file() and file.suffix in DATA_FORMATS and file.name not in METADATA_FILES
+                and not any(part.startswith((".", "_")) for part in relative.parts)):
+            found.setdefault(DATA_FORMATS[file.suffix], []).append(file)
+    return found
+
+
+def _one_format(directory: Path, label: str) -> list[Path]:
+    """The data files of `directory`, all of one format; a directory that mixes formats is refused:
+    `datasets` would read the files of one format only and say nothing of the others."""
+    found = data_files(directory)
+    if len(found) > 1:
+        listed = "; ".join(f"{fmt}: {', '.join(str(f.relative_to(directory)) for f in files[:3])}"
+                           f"{' ...' if len(files) > 3 else ''}" for fmt, files in found.items())
+        raise ValueError(f"env.path: {label}: the directory mixes data formats ({listed}); `datasets` "
+                         "reads one format of a directory: keep one there, or list the files in env.path")
+    return [file for files in found.values() for file in files]
+
+
+def _utf8(file: Path, shown: str) -> None:
+    """Refuse a text file that is not UTF-8, naming its line (pyarrow would keep the bytes, and reading
+    the row would fail later with no file named)."""
+    data = file.read_bytes()
+    try:
+        data.decode("utf-8")
+        return
+    except UnicodeDecodeError as error:
+        start = error.start
+    number = data.count(b"\n", 0, start) + 1
+    line_start = data.rfind(b"\n", 0, start) + 1
+    column = len(data[line_start:start].decode("utf-8", errors="replace")) + 1
+    raise ValueError(f"env.path: {shown} line {number}: not UTF-8 text (byte {data[start]:#04x} at column "
+                     f"{column}); save the file as UTF-8")
+
+
+def _bad_json_line(file: Path) -> tuple[int, str] | None:
+    """The first line of a JSON Lines file that cannot be read (not JSON, a number past a float's
+    range): its number and why."""
+    with file.open(encoding="utf-8-sig") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    json.loads(line, parse_float=_finite)
+                except json.JSONDecodeError as error:
+                    return number, f"not valid JSON ({error.msg})"
+                except ValueError as error:
+                    return number, str(error)
+    return None
+
+
+def _finite(number: str) -> float:
+    if not math.isfinite(value := float(number)):
+        raise ValueError(f"{number} is past what a number may hold, 1.8e308")
+    return value
+
+
+def _why_unreadable(file: Path, shown: str) -> str | None:
+    """What is wrong with a local file `datasets` failed to read, found cheaply: a line that is not
+    JSON, a file that holds no rows; None where nothing is found."""
+    suffix = file.suffix
+    if suffix == ".parquet":
+        import pyarrow.parquet
+
+        try:
+            rows = pyarrow.parquet.ParquetFile(file).metadata.num_rows
+        except Exception as error:  # not parquet at all
+            return f"{shown}: not a readable parquet file ({' '.join(str(error).split())})"
+        return f"{shown}: holds no rows" if rows == 0 else None
+    if suffix not in (".jsonl", ".json", ".csv", ".tsv", ".txt"):
+        return None
+    text = file.read_text(encoding="utf-8-sig")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return f"{shown}: holds no rows (the file is empty)"
+    if suffix in (".csv", ".tsv") and len(lines) == 1:
+        return f"{shown}: holds no rows (only a header line)"
+    if suffix == ".json":
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            bad = _bad_json_line(file)  # JSON Lines under a .json name, as `datasets` reads it too
+            if bad is None or bad[0] == 1:
+                return f"{shown} line {error.lineno}: not valid JSON ({error.msg})"
+            return f"{shown} line {bad[0]}: {bad[1]}"
+        if not document:
+            return f"{shown}: holds no rows"
+        return None
+    if suffix == ".jsonl":
+        bad = _bad_json_line(file)
+        if bad is not None:
+            return f"{shown} line {bad[0]}: {bad[1]}"
+    return None
+
+
 def read_source(path: str, subset: str | None, split: str, revision: str | None) -> tuple[str, str, Any]:
     """Its label, its short name and the `datasets.Dataset` at `path`: a local file (subset, split
     and revision unused), a local directory (a copy of a hub repository) or a hub id."""
     import datasets  # seconds to import: only where a dataset is read
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # a failure is this module's one line
     local = Path(path)
+    files: dict[Path, str] = {}
+    """The local files read, each with its name as messages show it."""
     if local.exists():  # reading a local file otherwise pings the hub's download counter
         datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
     if local.is_file():
@@ -238,26 +355,35 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
             raise ValueError(f"env.path: {label}: not a {', '.join(sorted(set(BUILDERS)))} file")
         if local.stat().st_size == 0:
             raise ValueError(f"env.path: {label}: no rows (the file is empty)")
+        files[local] = label
         load = functools.partial(datasets.load_dataset, BUILDERS[local.suffix], data_files=str(local),
                                  split="train")
     elif local.is_dir():
         label, name = f"{local.name}[{split}]", local.name
+        files.update((file, f"{local.name}/{file.relative_to(local)}") for file in _one_format(local, label))
         load = functools.partial(datasets.load_dataset, str(local), subset, split=split)
     elif local.is_absolute() or local.suffix in BUILDERS:
         raise ValueError(f"env.path: {path}: no such file or directory")
     else:
         label, name = f"{path}[{split}]", path.rsplit("/", 1)[-1]
         load = functools.partial(datasets.load_dataset, path, subset, split=split, revision=revision)
+    for file, shown in files.items():
+        if file.suffix in (".jsonl", ".json", ".csv", ".tsv", ".txt"):
+            _utf8(file, shown)
     try:
         with _READING:
             data = load()
-    except Exception as error:  # the library's own words, on one line
+    except Exception as error:  # the library's own words, on one line, unless the file says more
+        found = next((why for file, shown in files.items() if (why := _why_unreadable(file, shown))), None)
+        if found is not None:
+            raise ValueError(f"env.path: {found}") from None
         hint = (" (HF_HUB_OFFLINE is set: only a dataset already in the Hugging Face cache can be read)"
                 if datasets.config.HF_HUB_OFFLINE and not local.exists() else "")
         message = " ".join(str(error).split()) or type(error).__name__
-        raise ValueError(f"env.path: {label}: {message}{hint}") from None
+        tried = "" if local.exists() else f"no local file or directory {path!r}; as a Hugging Face hub id: "
+        raise ValueError(f"env.path: {label}: {tried}{message}{hint}") from None
     if len(data) == 0:
-        raise ValueError(f"env.path: {label}: no rows")
+        raise ValueError(f"env.path: {label}: holds no rows")
     return label, name, data
 
 
@@ -294,6 +420,9 @@ class DatasetTasks(Environment):
         self.scorer = make_scorer(self.options.scorer)
         self._rows: dict[str, tuple[Source, int, dict[str, Any], str]] = {}
         """Each task's row, where a task is rebuilt for another seed (shuffled options)."""
+        self._unchecked: dict[str, tuple[Task, str]] = {}
+        """Tasks whose reference the scorer has not checked yet (past `CHECK_UP_FRONT_S`), with where
+        they come from: each is checked when the planner first asks for it (`task_for_seed`)."""
         self._tasks = self._read(self.options.path, self.options.split)
         self._tuning: list[Task] = []
         if tuning_split or tuning_path:
@@ -311,6 +440,8 @@ class DatasetTasks(Environment):
         reference's letter and the recorded shuffle move with them); otherwise the task as read. The
         pool itself keeps the dataset's order, so the tuning split and the stream's draw are the same
         for every seed."""
+        if task.task_id in self._unchecked:
+            self._check_reference(*self._unchecked.pop(task.task_id))
         if not self.options.shuffle_choices or task.task_id not in self._rows:
             return task
         return self._task(*self._rows[task.task_id], seed=seed)
@@ -332,6 +463,7 @@ class DatasetTasks(Environment):
             rows = self._ordered(rows, self.options.order_by)
         tasks: list[Task] = []
         used: dict[str, str] = {}
+        checking_until = time.monotonic() + CHECK_UP_FRONT_S
         for source, index, row in rows[:self.options.limit]:
             where = f"{source.label} row {index}"
             prefix = id_prefix + (f"{source.name}:" if len(sources) > 1 else "")
@@ -342,14 +474,20 @@ class DatasetTasks(Environment):
             if task.task_id in used:
                 raise ValueError(f"{where}: id: {task.task_id!r} is already used by {used[task.task_id]}")
             used[task.task_id] = where
-            try:
-                self.scorer.check_reference(task)
-            except ValueError as error:
-                raise ValueError(f"{where} (id {task.task_id}): answer: {error}") from None
+            if time.monotonic() < checking_until:
+                self._check_reference(task, where)
+            else:  # a slow scorer (math, sql) on a large set: checked when the planner draws the task
+                self._unchecked[id_prefix + task.task_id.removeprefix(id_prefix)] = (task, where)
             tasks.append(task)
             if self.options.shuffle_choices:
                 self._rows[task.task_id] = (source, index, row, prefix)
         return tasks
+
+    def _check_reference(self, task: Task, where: str) -> None:
+        try:
+            self.scorer.check_reference(task)
+        except ValueError as error:
+            raise ValueError(f"{where} (id {task.task_id}): answer: {error}") from None
 
     def _source(self, path: str, split: str) -> Source:
         label, name, data = read_source(path, self.options.subset, split, self.options.revision)
@@ -445,11 +583,12 @@ class DatasetTasks(Environment):
             if not value:
                 raise RowError("answer", "an empty list")
             value, others = value[0], [text(v).strip() for v in value[1:]]
+        _an_answer(value)
         if isinstance(value, int) and not isinstance(value, bool) and not fields.answer_regex:
             return value, others
         value = text(value).strip()
         if fields.answer_regex and value:
-            match = re.search(fields.answer_regex, value, re.MULTILINE)
+            match = _search(fields.answer_regex, value)
             if match is None:
                 raise RowError("answer", f"answer_regex {fields.answer_regex!r} does not match "
                                          f"{value[-60:]!r}")
@@ -491,6 +630,29 @@ class DatasetTasks(Environment):
                 return candidate
         raise RowError("db_id", f"no database {db_id!r} in {directory} (looked for {db_id}/{db_id}.sqlite "
                                 f"and {db_id}.sqlite)")
+
+
+def _an_answer(value: Any) -> None:
+    """Refuse a reference that is no answer a reply could give: a mapping or a list (its text would be
+    "v: 2" or lines), a number that is not finite (NaN, Infinity, 1e309 read as inf: its text would be
+    "nan" or "inf", which the file did not say). A column whose answer is that text holds it as text."""
+    if isinstance(value, Mapping | list | tuple):
+        kind = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise RowError("answer", f"{kind} ({repr(value)[:60]}), not an answer; take one part of it "
+                                 "with a template, e.g. fields.answer='{column[key]}'")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RowError("answer", f"{value} is not a finite number (NaN, Infinity or past 1.8e308); "
+                                 "write the reference as text if that is what it is")
+
+
+def _search(pattern: str, value: str) -> Any:
+    """`fields.answer_regex` searched in a reference, for at most `REGEX_TIMEOUT_S` (Python's `re`
+    has no bound: a pattern such as `(x+x+)+y` backtracks for minutes on one answer)."""
+    try:
+        return regex.search(pattern, value, regex.MULTILINE, timeout=REGEX_TIMEOUT_S)
+    except TimeoutError:
+        raise RowError("answer", f"answer_regex {pattern!r} took over {REGEX_TIMEOUT_S:g} s on "
+                                 f"{value[-60:]!r} (it backtracks without end: simplify it)") from None
 
 
 def _plain(value: Any) -> Any:

@@ -13,6 +13,7 @@ share no id or question with the main file.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,13 @@ class TaskLine(BaseModel):
     @field_validator("answer", mode="before")
     @classmethod
     def _numbers_are_answers_too(cls, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):  # NaN, Infinity, 1e309: not "nan"
+            raise ValueError(f"{value} is not a finite number (NaN, Infinity or past 1.8e308); write the "
+                             "reference as text if that is what it is")
+        if isinstance(value, dict | list):  # its text would be "{'v': 2}", which no reply gives
+            kind = "a mapping" if isinstance(value, dict) else "a list"
+            raise ValueError(f"{kind} ({json.dumps(value)[:60]}), not an answer: write the answer as text "
+                             "(other accepted answers go in aliases)")
         return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 

@@ -7,6 +7,7 @@ field below is required unless absence has a meaning of its own.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import tempfile
@@ -24,6 +25,7 @@ from pydantic import (
     model_validator,
     with_config,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from typing_extensions import TypedDict  # pydantic validates typing.TypedDict only from Python 3.12
 
 SCENARIOS = ("sequential", "interleaved", "isolated")
@@ -57,22 +59,59 @@ class Component(BaseModel):
         """Options named `path` or `*_path`/`*_dir` (a string or a list of them) are read from where the
         run was started, also by Ray workers that run elsewhere: make them absolute here, once. A
         `path` that names nothing here and is not written as a path (`openai/gsm8k`) may be a remote
-        name, a Hugging Face dataset's id (env=dataset): it is kept as written."""
+        name, a Hugging Face dataset's id (env=dataset): it is kept as written. One that cannot be
+        resolved (an unknown `~user`, a symbolic link loop, a name too long) is refused, naming it."""
+        problems: list[InitErrorDetails] = []
         for key, value in (self.model_extra or {}).items():
             if key == "path" or key.endswith(("_path", "_dir")):
                 remote = key == "path"
                 if isinstance(value, str) and value:
-                    self.model_extra[key] = _absolute(value, remote)  # type: ignore[index]
+                    self.model_extra[key] = _absolute(value, remote, (key,), problems)  # type: ignore[index]
                 elif isinstance(value, list) and all(isinstance(v, str) and v for v in value):
-                    self.model_extra[key] = [_absolute(v, remote) for v in value]  # type: ignore[index]
+                    self.model_extra[key] = [  # type: ignore[index]
+                        _absolute(v, remote, (key, index), problems) for index, v in enumerate(value)]
+        if problems:
+            raise ValidationError.from_exception_data(type(self).__name__, problems)
         return self
 
 
-def _absolute(value: str, may_be_remote: bool) -> str:
-    path = Path(value).expanduser()
-    if may_be_remote and not path.exists() and not value.startswith(("/", "~", ".")):
-        return value
-    return str(path.resolve())
+NAME_MAX = 255
+"""Bytes a file name (one part of a path) may have on the file systems a run meets (ext4, XFS, APFS)."""
+
+
+def _absolute(value: str, may_be_remote: bool, loc: tuple[str | int, ...],
+              problems: list[InitErrorDetails]) -> str:
+    """`value` made absolute; where it cannot be, the value as written and a problem naming why."""
+    problem = _unresolvable(value)
+    if problem is None:
+        path = Path(value).expanduser()
+        try:
+            if may_be_remote and not path.exists() and not value.startswith(("/", "~", ".")):
+                return value
+            return str(path.resolve())
+        except RuntimeError:  # Python < 3.13 reports a symbolic link loop so
+            problem = "a symbolic link loop: it cannot be resolved"
+        except OSError as error:
+            problem = (f"{error.filename or value}: a symbolic link loop: it cannot be resolved"
+                       if error.errno == errno.ELOOP else f"cannot be read ({error.strerror})")
+    problems.append(InitErrorDetails(type=PydanticCustomError("path", problem), loc=loc, input=value))
+    return value
+
+
+def _unresolvable(value: str) -> str | None:
+    """Why `value` cannot be a path before the file system is asked: an unknown `~user`, a name too
+    long; None where nothing is seen."""
+    if value.startswith("~"):
+        user = value[1:].split("/", 1)[0]
+        try:
+            Path(value).expanduser()
+        except RuntimeError:
+            return f"~{user}: no such user (~ names a home dir)" if user else \
+                "~: no home directory (HOME is not set)"
+    longest = max(value.split("/"), key=lambda part: len(part.encode()))
+    if len(longest.encode()) > NAME_MAX:
+        return f"a name in it is {len(longest.encode())} bytes, over the {NAME_MAX} a file name may have"
+    return None
 
 
 class Price(_Strict):

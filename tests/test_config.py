@@ -1,5 +1,8 @@
 """Config: every option of every group composes and validates; bad values fail in one line."""
 
+import subprocess
+import sys
+
 import pytest
 from hydra.errors import ConfigCompositionException
 
@@ -140,3 +143,44 @@ def test_a_groups_settings_never_leak_to_another_model(overrides, fix):
         HarnessConfig.from_dictconfig(compose_config(*overrides))
     HarnessConfig.from_dictconfig(compose_config("model=litellm", overrides[-1]))  # the way that works
     HarnessConfig.from_dictconfig(compose_config("model.api_base=http://127.0.0.1:8011/v1"))  # same model
+
+
+LONG_NAME = "n" * 256
+"""One byte over what a file name may have."""
+
+
+@pytest.mark.parametrize("option, written, problem", [
+    ("env.path", "{tmp}/loop/tasks.jsonl", "a symbolic link loop: it cannot be resolved"),
+    ("env.db_dir", "{tmp}/loop", "a symbolic link loop: it cannot be resolved"),
+    ("env.path", LONG_NAME, "a name in it is 256 bytes, over the 255 a file name may have"),
+    ("env.tuning_path", f"{{tmp}}/{LONG_NAME}/tasks.jsonl",
+     "a name in it is 256 bytes, over the 255 a file name may have"),
+    ("env.path", "~no-such-user-here/tasks.jsonl", "~no-such-user-here: no such user (~ names a home dir)"),
+    ("env.db_dir", "~no-such-user-here", "~no-such-user-here: no such user (~ names a home dir)"),
+], ids=["loop-in-path", "loop-dir", "long-hub-id", "long-dir-name", "unknown-user-path", "unknown-user-dir"])
+def test_a_path_option_that_cannot_be_resolved_is_one_line_naming_the_option(tmp_path, option, written,
+                                                                             problem):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    value = written.format(tmp=tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        HarnessConfig.from_dictconfig(compose_config("env=dataset", f"{option}='{value}'"))
+    assert str(caught.value) == f"invalid config: {option}: {problem} (got {value!r})"
+
+
+def test_a_path_in_a_list_that_cannot_be_resolved_is_named_by_its_place(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        HarnessConfig.from_dictconfig(compose_config("env=dataset", f"env.path=[{tmp_path}/a,'~nobody-x']"))
+    assert str(caught.value) == ("invalid config: env.path.1: ~nobody-x: no such user (~ names a home dir) "
+                                 "(got '~nobody-x')")
+
+
+def test_the_cli_stops_on_a_symbolic_link_loop_with_exit_2_in_one_line(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    result = subprocess.run([sys.executable, "-m", "harness", "model=scripted", "embedder=hashing",
+                             "progress=false", "cache.enabled=false", "env=jsonl",
+                             f"env.path={tmp_path}/loop/tasks.jsonl", f"hydra.run.dir={tmp_path}/run"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"error: invalid config: env.path: a symbolic link loop: it cannot be "
+                                     f"resolved (got '{tmp_path}/loop/tasks.jsonl')")
+    assert not list(tmp_path.rglob("manifest.json"))

@@ -266,8 +266,11 @@ GSM8K = {"path": str(DATA / "gsm8k.jsonl"), "fields": {"answer_regex": r"####\s*
     ({"filter": {"question": "nothing"}}, "env.filter: no row of gsm8k.jsonl has {'question': 'nothing'}"),
     ({"order_by": "level"}, "gsm8k.jsonl: env.order_by: no column 'level'"),
     ({"path": "nope.jsonl"}, "env.path: nope.jsonl: no such file or directory"),
-    ({"path": "acme/absent"}, "env.path: acme/absent[train]: Couldn't reach 'acme/absent' on the Hub "
+    ({"path": "acme/absent"}, "env.path: acme/absent[train]: no local file or directory 'acme/absent'; as a "
+                              "Hugging Face hub id: Couldn't reach 'acme/absent' on the Hub "
                               "(OfflineModeIsEnabled) (HF_HUB_OFFLINE is set: only a dataset already in"),
+    ({"path": "tasks"}, "env.path: tasks[train]: no local file or directory 'tasks'; as a Hugging Face hub "
+                        "id: Couldn't reach 'tasks' on the Hub (OfflineModeIsEnabled) (HF_HUB_OFFLINE"),
     ({"path": None}, "env.path: name a Hugging Face dataset or a local file"),
     ({"limit": 0}, "env.limit: Input should be greater than or equal to 1"),
     ({"tuning_split": "train"}, "env.tuning_split: a single file has no other split"),
@@ -371,3 +374,139 @@ def test_a_snapshots_held_out_tasks_show_the_options_in_its_runs_order(tmp_path,
     for spec in specs:
         assert len(spec.tasks) == 2
         assert all(t.metadata["shuffle"]["seed"] == spec.seed for t in spec.tasks)
+
+
+# ----- a file `datasets` cannot read: its name, and its line where it has one -----
+
+def test_a_directory_that_mixes_formats_is_refused_naming_its_files(tmp_path):
+    """`datasets` reads one format of a directory (here it read the parquet file alone: 1 task of 4
+    rows, and no word of the others): the run would be evaluated on a quarter of the data."""
+    import datasets
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    write_jsonl(mixed / "a.jsonl", [{"question": "Q1?", "answer": "1"}])
+    (mixed / "b.csv").write_text("question,answer\nQ2?,2\n")
+    datasets.Dataset.from_list([{"question": "Q3?", "answer": "3"}]).to_parquet(str(mixed / "c.parquet"))
+    (mixed / "d.txt").write_text("Q4? 4\n")
+    (mixed / "README.md").write_text("# a hub repository's card: not data\n")
+    with pytest.raises(ValueError) as caught:
+        DatasetTasks(path=str(mixed))
+    assert str(caught.value) == (
+        "env.path: mixed[train]: the directory mixes data formats (json: a.jsonl; csv: b.csv; parquet: "
+        "c.parquet; text: d.txt); `datasets` reads one format of a directory: keep one there, or list the "
+        "files in env.path")
+    for other in ("b.csv", "c.parquet", "d.txt"):
+        (mixed / other).unlink()
+    assert [t.answer for t in DatasetTasks(path=str(mixed)).tasks()] == ["1"]
+
+
+def _zero_row_parquet(path: Path) -> None:
+    import pyarrow
+    import pyarrow.parquet
+
+    empty = pyarrow.table({"question": pyarrow.array([], pyarrow.string()),
+                           "answer": pyarrow.array([], pyarrow.string())})
+    pyarrow.parquet.write_table(empty, path)
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("tasks.jsonl", b'{"question": "Q?", "answer": "1"}\n{"question": oops}\n',
+     "env.path: tasks.jsonl line 2: not valid JSON (Expecting value)"),
+    ("tasks.json", b'[{"question": "Q?", "answer": "1"},\n {"question": oops}]\n',
+     "env.path: tasks.json line 2: not valid JSON (Expecting value)"),
+    ("tasks.jsonl", b'{"question": "Q?", "answer": "1"}\n{"question": "\xff", "answer": "2"}\n',
+     "env.path: tasks.jsonl line 2: not UTF-8 text (byte 0xff at column 15); save the file as UTF-8"),
+    ("tasks.csv", b"question,answer\nQ?,1\n\xffQ?,2\n",
+     "env.path: tasks.csv line 3: not UTF-8 text (byte 0xff at column 1); save the file as UTF-8"),
+    ("tasks.csv", b"question,answer\n", "env.path: tasks.csv: holds no rows (only a header line)"),
+    ("tasks.jsonl", b"\n\n", "env.path: tasks.jsonl: holds no rows (the file is empty)"),
+    ("tasks.parquet", None, "env.path: tasks.parquet: holds no rows"),
+], ids=["jsonl-not-json", "json-not-json", "jsonl-not-utf8", "csv-not-utf8", "csv-header-only",
+        "jsonl-blank-lines", "parquet-zero-rows"])
+def test_a_file_datasets_cannot_read_is_one_line_naming_the_file_and_line(tmp_path, name, content, message):
+    file = tmp_path / name
+    if content is None:
+        _zero_row_parquet(file)
+    else:
+        file.write_bytes(content)
+    with pytest.raises(ValueError) as caught:
+        DatasetTasks(path=str(file))
+    assert str(caught.value) == message
+    directory = tmp_path / "copy"
+    directory.mkdir()
+    file.rename(directory / f"train{file.suffix}")  # the same file in a copy of a hub repository
+    with pytest.raises(ValueError) as caught:
+        DatasetTasks(path=str(directory))
+    assert str(caught.value) == message.replace(name, f"copy/train{file.suffix}")
+
+
+# ----- references: no text made up, no unbounded check -----
+
+@pytest.mark.parametrize("answer, message", [
+    ("NaN", "nan is not a finite number (NaN, Infinity or past 1.8e308); write the reference as text if "
+            "that is what it is"),
+    ("-Infinity", "-inf is not a finite number"),
+    ('{"v": 2}', "a mapping ({'v': 2}), not an answer; take one part of it with a template, e.g. "
+                 "fields.answer='{column[key]}'"),
+    ('[["a", "b"]]', "a list (['a', 'b']), not an answer"),
+], ids=["nan", "infinity", "mapping", "nested-list"])
+def test_a_reference_that_is_no_text_is_refused_not_stringified(tmp_path, answer, message):
+    file = tmp_path / "refs.jsonl"
+    file.write_text(f'{{"question": "Q?", "answer": 1}}\n{{"question": "Q2?", "answer": {answer}}}\n')
+    with pytest.raises(ValueError) as caught:
+        DatasetTasks(path=str(file))
+    assert str(caught.value).startswith(f"refs.jsonl row 1: answer: {message}")
+
+
+def test_a_number_past_a_float_is_refused_naming_its_line(tmp_path):
+    file = tmp_path / "refs.jsonl"
+    file.write_text('{"question": "Q?", "answer": 1e309}\n')
+    with pytest.raises(ValueError) as caught:
+        DatasetTasks(path=str(file))
+    assert str(caught.value) == "env.path: refs.jsonl line 1: 1e309 is past what a number may hold, 1.8e308"
+
+
+def test_an_answer_regex_is_bounded_on_each_reference(tmp_path):
+    import time
+
+    file = write_jsonl(tmp_path / "refs.jsonl", [{"question": "Q?", "answer": "a" * 28 + "b"}])
+    clock = time.monotonic()
+    with pytest.raises(ValueError, match=r"^refs.jsonl row 0: answer: answer_regex '\^\(a\+\)\+\$' does "):
+        DatasetTasks(path=str(file), fields={"answer_regex": "^(a+)+$"})
+    assert time.monotonic() - clock < 2  # Python's `re`: about 10 s on this answer, 46 s at 30 a's
+    write_jsonl(file, [{"question": "Q?", "answer": "x" * 5000}])
+    with pytest.raises(ValueError) as caught:
+        DatasetTasks(path=str(file), fields={"answer_regex": "(x+x+)+y"})
+    assert str(caught.value) == (f"refs.jsonl row 0: answer: answer_regex '(x+x+)+y' took over 1 s on "
+                                 f"{'x' * 60!r} (it backtracks without end: simplify it)")
+
+
+class SlowReferences(Scorer):
+    """A scorer that takes a millisecond a reference (math-verify takes about two) and refuses 'bad'."""
+
+    def score(self, reply: str, task: Task) -> Verdict:
+        return Verdict(score=0.0, success=False, response=reply, reason="unused")
+
+    def check_reference(self, task: Task) -> None:
+        import time
+
+        time.sleep(0.001)
+        if task.answer == "bad":
+            raise ValueError("unreadable")
+
+
+def test_a_large_set_with_a_slow_scorer_is_read_in_seconds_and_its_drawn_tasks_still_checked(tmp_path):
+    import time
+
+    rows = [{"question": f"Q{i}?", "answer": "bad" if i == 19_999 else str(i)} for i in range(20_000)]
+    file = write_jsonl(tmp_path / "big.jsonl", rows)
+    clock = time.monotonic()
+    env = DatasetTasks(path=str(file), scorer="tests.envs.test_dataset:SlowReferences")
+    assert time.monotonic() - clock < 6  # every reference up front: 20 s and more
+    tasks = env.tasks()
+    assert len(tasks) == 20_000
+    assert env.task_for_seed(tasks[5000], 0) is tasks[5000]
+    with pytest.raises(ValueError) as caught:
+        env.task_for_seed(tasks[-1], 0)  # as the planner draws it, before the run
+    assert str(caught.value) == "big.jsonl row 19999 (id 19999): answer: unreadable"

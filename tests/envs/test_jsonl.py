@@ -113,3 +113,19 @@ def test_a_pattern_without_an_answer_group_is_refused(tmp_path):
     row = {"id": "p", "question": "q", "answer": "a", "answer_pattern": "(.+)"}
     with pytest.raises(ValueError, match=r"line 1: answer_pattern: needs a named group"):
         JsonlTasks(path=str(write(tmp_path / "t.jsonl", [row])))
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("NaN", "nan is not a finite number (NaN, Infinity or past 1.8e308); write the reference as text if "
+            "that is what it is"),
+    ("Infinity", "inf is not a finite number"),
+    ("1e309", "inf is not a finite number"),
+    ('{"v": 2}', 'a mapping ({"v": 2}), not an answer: write the answer as text (other accepted answers '
+                 "go in aliases)"),
+], ids=["nan", "infinity", "past-a-float", "mapping"])
+def test_an_answer_that_is_no_text_is_refused_naming_the_line_not_read_as_nan(tmp_path, answer, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text(f'{{"id": "a", "question": "Q?", "answer": {answer}}}\n')
+    with pytest.raises(ValueError) as caught:
+        JsonlTasks(path=str(path))
+    assert str(caught.value).startswith(f"t.jsonl line 1: answer: {message}")
