@@ -391,7 +391,7 @@ class DatasetTasks(Environment):
     """Tasks from the rows of one or several datasets (see the module's docstring)."""
 
     name = "dataset"
-    packages = ("datasets",)
+    packages = ("datasets", "pyarrow", "regex")
     order_option = "order_by"
 
     def __init__(self, path: str | list[str] | None = None, subset: str | None = None, split: str = "train",

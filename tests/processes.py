@@ -8,11 +8,14 @@ shared machine.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # One agent worker: each imports litellm (seconds of CPU), and these runs are small; the two-worker
 # default is exercised by the in-process runs (tests/test_e2e.py, tests/driver/test_run.py).
 QUIET = ["progress=false", "ray.include_dashboard=false", "ray.num_workers=1"]
+
+
+def short_temp_dir() -> Path:
+    """A `--temp-dir` for a `ray start` of a test's own, with a short path: Ray's socket paths under it
+    (`<dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store.1`) must stay within AF_UNIX's 107
+    bytes, which pytest-xdist's deeper temp paths (`/tmp/pytest-of-root/pytest-46/popen-gw1/ray0/`) can
+    pass. Removed when the test process exits."""
+    directory = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
 
 
 def start_cli(*overrides: str) -> subprocess.Popen[str]:

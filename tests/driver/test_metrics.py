@@ -22,7 +22,7 @@ from harness.driver.run import run
 from harness.models.model_server import free_port
 from harness.tables.reading import read_table
 from tests.conftest import scripted_settings
-from tests.processes import QUIET, run_cli, stop_session
+from tests.processes import QUIET, run_cli, short_temp_dir, stop_session
 
 LABELS = JobLabels(sweep="harness-sweep-test", sweep_job="3", runs={"r0": ("memory", "0", "m")},
                    planned={"r0": 4})
@@ -205,7 +205,7 @@ def test_a_runs_metrics_reach_the_nodes_prometheus_endpoint_with_the_tables_valu
 
 
 @pytest.fixture(scope="module")
-def cluster_with_metrics_port(tmp_path_factory):
+def cluster_with_metrics_port():
     """`ray start --head --metrics-export-port=<port>`, as a user would start a cluster for Prometheus
     (its workers report every half second), stopped by its session afterwards; (address, port)."""
     port, metrics_port = free_port(), free_port()
@@ -214,7 +214,7 @@ def cluster_with_metrics_port(tmp_path_factory):
                f"--metrics-export-port={metrics_port}", "--disable-usage-stats",
                # Ports of its own: the defaults (8265, 52365) may belong to another run on this machine.
                f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-               f"--temp-dir={tmp_path_factory.mktemp('ray')}"]
+               f"--temp-dir={short_temp_dir()}"]
     head = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True,
                             env={**os.environ, "RAY_AUTH_MODE": "disabled",

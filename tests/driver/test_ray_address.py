@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from harness.models.model_server import free_port
-from tests.processes import QUIET, run_cli, stop_session
+from tests.processes import QUIET, run_cli, short_temp_dir, stop_session
 
 SCRIPTED = ["model=scripted", "embedder=hashing", "stream.num_tasks=3", "cache.enabled=false", *QUIET]
 
@@ -34,8 +34,8 @@ def start_head(temp, auth: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
 
 
 @pytest.fixture(scope="module")
-def other_cluster(tmp_path_factory):
-    head, address = start_head(tmp_path_factory.mktemp("ray"), {"RAY_AUTH_MODE": "disabled"})
+def other_cluster():
+    head, address = start_head(short_temp_dir(), {"RAY_AUTH_MODE": "disabled"})
     yield address
     stop_session(head)  # every process `ray start` started is in the session it was given
 
@@ -62,13 +62,13 @@ def test_an_address_attaches_and_says_so(other_cluster, tmp_path):
 
 
 def test_a_cluster_with_token_auth_is_attached_with_the_token_at_hand_and_refused_in_one_line_without(
-        tmp_path, tmp_path_factory):
+        tmp_path):
     """A cluster may ask for Ray's token (`ray start` with RAY_AUTH_MODE=token, or with a token at hand),
     while the harness's own Ray runs without it: attaching, the harness sends the token where the
     cluster asks for one."""
     token = uuid.uuid4().hex
     # a short directory: Ray's socket paths under it must fit the 107 bytes of a Unix socket's name
-    head, address = start_head(tmp_path_factory.mktemp("ray"), {"RAY_AUTH_MODE": "token",
+    head, address = start_head(short_temp_dir(), {"RAY_AUTH_MODE": "token",
                                                                   "RAY_AUTH_TOKEN": token})
     try:
         user = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}

@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from harness.models.model_server import free_port
-from tests.processes import QUIET, ROOT, run_cli, stop_session, wait_for
+from tests.processes import QUIET, ROOT, run_cli, short_temp_dir, stop_session, wait_for
 
 SEEDS = [0, 1, 2, 3]
 NUM_TASKS = 3
@@ -111,7 +111,7 @@ def cluster(local_sweep, tmp_path_factory):
         nodes.append(launch_ray_node(tmp_path_factory.mktemp("head"), "--head", f"--port={port}",
                                      "--include-dashboard=false", f"--dashboard-port={free_port()}",
                                      "--disable-usage-stats",
-                                     f"--temp-dir={tmp_path_factory.mktemp('ray')}"))
+                                     f"--temp-dir={short_temp_dir()}"))
         # The second node joins as soon as the head's GCS answers. It shares the head's temp dir,
         # whose logs the head's log monitor already forwards (a second would print them twice).
         wait_for(lambda: listening(port) or nodes[0].poll() is not None, 120, "the head's GCS")
