@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import math
 import re
 import string
 import unicodedata
@@ -257,6 +258,15 @@ class SingleTurnEpisode(EnvEpisode):
 
 
 _ANSWER_PREFIX = re.compile(r"^\s*(final answer|answer)\s*[:\-]\s*", re.IGNORECASE)
+
+
+def nonfinite_answer(value: Any) -> str | None:
+    """Why a reference that is a number no reply can give is refused: NaN, Infinity or 1e309 (read as
+    inf), whose text "nan" or "inf" the file did not say; None for any other value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return (f"{value} is not a finite number (NaN, Infinity or past 1.8e308); write the reference as "
+                "text if that is what it is")
+    return None
 
 
 def extract_answer(completion: str, pattern: str | None = None) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task
+from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task, nonfinite_answer
 from envs.scorers import scorer as make_scorer
 
 BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}
@@ -640,9 +640,8 @@ def _an_answer(value: Any) -> None:
         kind = "a mapping" if isinstance(value, Mapping) else "a list"
         raise RowError("answer", f"{kind} ({repr(value)[:60]}), not an answer; take one part of it "
                                  "with a template, e.g. fields.answer='{column[key]}'")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise RowError("answer", f"{value} is not a finite number (NaN, Infinity or past 1.8e308); "
-                                 "write the reference as text if that is what it is")
+    if (why := nonfinite_answer(value)) is not None:
+        raise RowError("answer", why)
 
 
 def _search(pattern: str, value: str) -> Any:

@@ -13,14 +13,13 @@ share no id or question with the main file.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task
+from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task, nonfinite_answer
 from envs.scorers import scorer as make_scorer
 
 
@@ -50,9 +49,8 @@ class TaskLine(BaseModel):
     @field_validator("answer", mode="before")
     @classmethod
     def _numbers_are_answers_too(cls, value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):  # NaN, Infinity, 1e309: not "nan"
-            raise ValueError(f"{value} is not a finite number (NaN, Infinity or past 1.8e308); write the "
-                             "reference as text if that is what it is")
+        if (why := nonfinite_answer(value)) is not None:
+            raise ValueError(why)
         if isinstance(value, dict | list):  # its text would be "{'v': 2}", which no reply gives
             kind = "a mapping" if isinstance(value, dict) else "a list"
             raise ValueError(f"{kind} ({json.dumps(value)[:60]}), not an answer: write the answer as text "

@@ -100,14 +100,10 @@ def true_difference(sd: float, effect: float, base: float = 0.0) -> float:
     return population_rate(sd, effect, base) - population_rate(sd, 0.0, base)
 
 
-def promised(runs: int, difference: float, split: VarianceSplit, tasks: int) -> float:
-    """The power the report's planning line promises (`power_at`)."""
-    return power_at(runs, difference, split, tasks, ALPHA)
-
-
 def planned_power(runs: int, sd: float, effect: float, tasks: int, base: float = 0.0) -> float:
     """The planning line's power at the true difference and the true variance split."""
-    return promised(runs, true_difference(sd, effect, base), true_split(sd, effect, tasks, base), tasks)
+    split = true_split(sd, effect, tasks, base)
+    return power_at(runs, true_difference(sd, effect, base), split, tasks, ALPHA)
 
 
 def effect_for_power(runs: int, sd: float, tasks: int, base: float = 0.0,
@@ -224,8 +220,8 @@ def calibrate(runs: int, sd: float, experiments: int, tasks: int = 50, seed: int
         if split is not None:
             betweens.append(split.between)
             withins.append(split.within)
-        low, high, over = group_interval(arms["baseline"].ravel().astype(float), run_ids)
-        if over.endswith(" runs"):
+        counted, low, high, _ = group_interval(arms["baseline"].ravel().astype(float), run_ids)
+        if counted >= 2:  # an interval over runs, not over one run's tasks
             coverage_runs += 1
             covered += low <= rate <= high
     seconds = time.perf_counter() - started
@@ -236,7 +232,7 @@ def calibrate(runs: int, sd: float, experiments: int, tasks: int = 50, seed: int
     return Row(runs=runs, sd=sd, tasks=tasks, experiments=experiments, effect=effect,
                true_difference=difference, aa_resolved=aa_resolved, aa_episodes=aa_episodes,
                ab_resolved=ab_resolved,
-               promised_pilot=promised(runs, difference, pilot, tasks) if pilot else float("nan"),
+               promised_pilot=power_at(runs, difference, pilot, tasks, ALPHA) if pilot else float("nan"),
                promised_true=planned_power(runs, sd, effect, tasks, base), covered=covered,
                coverage_runs=coverage_runs, seconds=seconds)
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from harness.report.compare import NOT_CONTEXT, labelled
+from harness.report.compare import NOT_CONTEXT, labelled, references_in
 from harness.report.stats import LEVEL
 
 STRATA = ("env", "family")
@@ -143,8 +143,7 @@ def _improvement(stream: pl.DataFrame, matrices: dict[str, np.ndarray], keys: li
     found: dict[str, dict[str, Any]] = {}
     for _, frame in owners.group_by(context or [pl.lit(0)], maintain_order=True):
         groups = frame["group"].to_list()
-        references = [g for g in groups if g == reference] or frame.filter(
-            pl.col("variant") == reference)["group"].to_list()
+        references = references_in(frame, reference)
         if len(references) != 1 or references[0] not in matrices:
             continue
         y = matrices[references[0]]

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from harness.files import replace_atomically
 from harness.report.aggregate import Aggregates, aggregates, plot_performance_profiles
 from harness.report.compare import Comparisons, evolution_metrics, noise_floor, paired_comparisons
 from harness.report.html import write_html
@@ -131,8 +132,7 @@ def _same(row: dict, keys: list[str]) -> pl.Expr:
 
 def _interval_of(frame: pl.DataFrame) -> tuple[int, float | None, float | None, str]:
     """A group's runs and its success interval with what it is over (harness.report.stats.group_interval)."""
-    low, high, over = group_interval(frame["success"].cast(pl.Float64).to_numpy(), frame["run_id"].to_numpy())
-    return frame["run_id"].n_unique(), low, high, over
+    return group_interval(frame["success"].cast(pl.Float64).to_numpy(), frame["run_id"].to_numpy())
 
 
 def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[float, pl.DataFrame]:
@@ -332,9 +332,7 @@ def paired_section(episodes: pl.DataFrame, reference: str, comparisons: Comparis
 def write_comparisons(comparisons: Comparisons, path: Path) -> None:
     """The verdicts as a table analysis code reads in one line (`pl.read_parquet`), written whole or not at
     all; an empty table when nothing was compared, so its absence never means "not yet"."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    comparisons.table.write_parquet(temporary)
-    temporary.replace(path)
+    replace_atomically(path, comparisons.table.write_parquet)
 
 
 def noise_section(learning: pl.DataFrame) -> Section | None:

@@ -74,11 +74,18 @@ COMPARISON_COLUMNS = {
 holds the two and the table to one another)."""
 
 
-def no_comparisons() -> pl.DataFrame:
-    """The comparison table with no rows, its columns typed as a filled one's."""
-    types = {"group": pl.String, "reference": pl.String, "runs": pl.Int64, "seeds": pl.Int64,
-             "pairs": pl.Int64, "gained": pl.Int64, "lost": pl.Int64, "resolved": pl.Boolean}
-    return pl.DataFrame(schema={c: types.get(c, pl.Float64) for c in COMPARISON_COLUMNS})
+_NOT_FLOAT = {"group": pl.String, "reference": pl.String, "runs": pl.Int64, "seeds": pl.Int64,
+              "pairs": pl.Int64, "gained": pl.Int64, "lost": pl.Int64, "resolved": pl.Boolean}
+COMPARISON_SCHEMA = {column: _NOT_FLOAT.get(column, pl.Float64) for column in COMPARISON_COLUMNS}
+"""comparisons.parquet's column types, the same with rows or without."""
+
+
+def references_in(frame: pl.DataFrame, reference: str) -> list[str]:
+    """The groups of one context that `reference` names: the group of that label, else every group whose
+    variant it is (more than one: the caller asks for a full label)."""
+    groups = frame["group"].unique().to_list()
+    return [g for g in groups if g == reference] or sorted(
+        set(frame.filter(pl.col("variant") == reference)["group"].to_list()))
 
 
 @dataclass
@@ -169,8 +176,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
     for values, frame in stream.group_by(context or [pl.lit(0)], maintain_order=True):
         where = ", ".join(f"{k}={v}" for k, v in zip(context, values, strict=True)) if context else ""
         groups = sorted(frame["group"].unique().to_list())
-        references = [g for g in groups if g == reference] or sorted(
-            set(frame.filter(pl.col("variant") == reference)["group"].to_list()))
+        references = references_in(frame, reference)
         if not references:
             scope = f" for {where}" if where else ""
             notes.append(f"no reference group {reference!r}{scope}: nothing compared")
@@ -192,7 +198,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
             row, splits[group] = _comparison(group, references[0], pairs, seed)
             rows.append({**row, "noise_floor": max(floors) if floors else None})
     if not rows:
-        return Comparisons(table=no_comparisons(), notes=notes)
+        return Comparisons(table=pl.DataFrame(schema=COMPARISON_SCHEMA), notes=notes)
     table = pl.DataFrame(rows, infer_schema_length=None).sort("group")
     tested = [p for p in table["p_value"].to_list() if p is not None]
     adjusted = iter(holm(tested))
@@ -201,7 +207,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
     table = table.with_columns(resolved=(pl.col("p_holm") < 1 - LEVEL).fill_null(False)
                                & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)).fill_null(False))
     plans = [_plan(row, splits[row["group"]], len(tested)) for row in table.iter_rows(named=True)]
-    table = table.select(list(COMPARISON_COLUMNS)).cast(dict(no_comparisons().schema))
+    table = table.select(list(COMPARISON_COLUMNS)).cast(COMPARISON_SCHEMA)
     return Comparisons(table=table, notes=notes, plans=plans)
 
 

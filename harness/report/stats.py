@@ -262,12 +262,12 @@ ONE_RUN = "1 run's tasks"
 """`ci_over` of an interval from one run: about that run's tasks, not about the variant."""
 
 
-def group_interval(success: np.ndarray, runs: np.ndarray) -> tuple[float | None, float | None, str]:
-    """A group's 95% success interval and what it is over: its runs (`cluster_ci`) when it has two or more,
-    else the one run's tasks (BCa over episodes), which says how sure that run's rate is, not how another
-    run of the variant would do."""
+def group_interval(success: np.ndarray, runs: np.ndarray) -> tuple[int, float | None, float | None, str]:
+    """A group's runs, its 95% success interval and what the interval is over: its runs (`cluster_ci`) when
+    it has two or more, else the one run's tasks (BCa over episodes), which says how sure that run's rate
+    is, not how another run of the variant would do."""
     estimate = cluster_ci(success, runs)
     if estimate.runs >= 2:  # a rate: the t interval of few runs can reach past 0 or 1
-        return max(0.0, estimate.low), min(1.0, estimate.high), f"{estimate.runs} runs"
+        return estimate.runs, max(0.0, estimate.low), min(1.0, estimate.high), f"{estimate.runs} runs"
     low, high = bootstrap_ci(success)
-    return low, high, ONE_RUN
+    return estimate.runs, low, high, ONE_RUN
