@@ -75,7 +75,10 @@ def finished(sweep: Path) -> int:
 
 
 def resume_command(output: str) -> list[str]:
-    last = output.strip().splitlines()[-1]
+    # The command's own last line; an actor's stderr that Ray forwards as the session ends (the MiniLM
+    # service's closed event loop, seen once under pytest-xdist) may still come after it.
+    said = [line for line in output.strip().splitlines() if not line.startswith("\x1b[36m(")]
+    last = said[-1] if said else ""
     assert "resume with: " in last, output[-3000:]
     command = shlex.split(last.split("resume with: ", 1)[1])
     assert command[:4] == ["python", "-m", "harness", "-m"], last
