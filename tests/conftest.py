@@ -1,4 +1,5 @@
-"""Shared fixtures: the real composed config, an in-process scripted gateway, one Ray session."""
+"""Shared fixtures: the real composed config, an in-process scripted gateway, one Ray session; and the
+rule that keeps the suite's tiers (tests/tiers.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,34 @@ from harness.agent_run.runner import RunOutcome, run_agent
 from harness.config import HarnessConfig
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest, CallResult
+from tests import tiers
+
+# Before any test starts a process: what each starts, and the real models loaded below it.
+_WATCH = tiers.Watch.install()
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """An e2e test is a slow one: `-m "not slow"` leaves both out."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any fixture of this test: a module's server started for its first test counts for it.
+    _WATCH.restart()
+
+
+@pytest.fixture(autouse=True)
+def _tiers_hold(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    marks = {mark.name for mark in request.node.iter_markers()}
+    wrong = tiers.missing_marks(marks, _WATCH.started(), _WATCH.real_models())
+    if wrong:
+        pytest.fail(f"{request.node.nodeid}: {wrong} (tiers: tests/tiers.py)", pytrace=False)
 
 
 def compose_config(*overrides: str) -> DictConfig:
