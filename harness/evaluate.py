@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from envs.base import Task
+from harness import extras
 from harness.agent_run.plan import AgentRunSpec, build_plan, env_families, resolve_defaults, task_pool
 from harness.agent_run.streams import sample_tasks
 from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         settings, specs = plan_evaluation(args.paths, out.resolve(), args.views.split(","), args.snapshots,
                                           args.tasks, args.ood)
         settings = _with_changes(settings, args.set)
+        extras.check(settings)
         specs = [s.model_copy(update={"budget": settings.budget, "cache": settings.cache}) for s in specs]
         from harness.driver.run import print_summary, run_specs  # Ray loads only for a valid plan
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from envs.base import Checks, Task, Verdict, normalize
 
-__all__ = ["Scorer", "SettlingScorer", "Verdict", "require_text", "scorer"]
+__all__ = ["Scorer", "SettlingScorer", "Verdict", "require_text", "scorer", "scorer_class"]
 
 
 class Scorer(abc.ABC):
@@ -35,6 +35,9 @@ class Scorer(abc.ABC):
         if "name" in cls.__dict__:
             Scorer.registry[cls.name] = cls
 
+    packages: ClassVar[tuple[str, ...]] = ()
+    """The pip distributions it imports beyond the core's (math: math-verify): a job whose env names it
+    checks that they are installed before it starts (harness/extras.py)."""
     blocking: ClassVar[bool] = False
     """Its `score` can take seconds (a query, a helper process): the episode scores the reply in a
     thread at `settle`, off the event loop that the worker's other agent runs and their model calls
@@ -79,14 +82,15 @@ def scorer(spec: str | dict[str, Any]) -> Scorer:
     name = options.pop("name", None)
     if not isinstance(name, str) or not name:
         raise ValueError(f"a scorer is a name or a mapping with one, got {spec!r}")
-    cls = _find(name)
+    cls = scorer_class(name)
     try:
         return cls(**options)
     except TypeError as error:
         raise ValueError(f"scorer {name}: {error}") from None
 
 
-def _find(name: str) -> type[Scorer]:
+def scorer_class(name: str) -> type[Scorer]:
+    """The class of the scorer `name` (or `package.module:Class`); a ValueError if there is none."""
     if ":" in name:
         module, _, attribute = name.partition(":")
         try:

@@ -213,6 +213,7 @@ def answer_text(reply: str) -> tuple[str | None, str | None]:
 
 class Math(Scorer):
     name = "math"
+    packages = ("math-verify",)
     blocking = True  # a helper process, up to 2 x timeout per reply
 
     def __init__(self, timeout: float = 5.0, float_rounding: int = 6) -> None:
@@ -221,7 +222,7 @@ class Math(Scorer):
         if isinstance(float_rounding, bool) or not isinstance(float_rounding, int) or float_rounding < 0:
             raise ValueError(f"scorer math: float_rounding must be an integer >= 0, got {float_rounding!r}")
         if importlib.util.find_spec("math_verify") is None:
-            raise ValueError("scorer math needs the math-verify package (pip install math-verify==0.9.0)")
+            raise ValueError('scorer math needs the math extra: pip install "harness[math]"')
         self.timeout = float(timeout)
         self.float_rounding = float_rounding
         self._helper = _Helper()

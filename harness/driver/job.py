@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from harness import extras
 from harness.config import HarnessConfig
 from harness.errors import disk_full, exit_with, is_disk_full
 from harness.exit_codes import EXPECTED_ERRORS, exit_for
@@ -35,9 +36,11 @@ class Job:
 
     @classmethod
     def of_hydra_job(cls, cfg: DictConfig) -> Job:
-        """The job Hydra is running now; a bad config value exits in one line (harness.exit_codes)."""
+        """The job Hydra is running now; a bad config value, or an extra its choices need that is not
+        installed, exits in one line (harness.exit_codes)."""
         try:
             settings = HarnessConfig.from_dictconfig(cfg)
+            extras.check(settings)
         except EXPECTED_ERRORS as error:
             raise exit_for(error) from None
         from harness.driver.execute import JobIdentity
