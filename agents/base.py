@@ -43,7 +43,7 @@ def require_placeholders(option: str, template: str, *names: str) -> None:
         raise ValueError(f"{option} must contain {' and '.join(missing)}")
 
 
-class Agent(agent_api.Agent):
+class BaseAgent(agent_api.Agent):
     #: How the agent's prompt relates to the evaluated stream; OPRO-like variants that tune on a
     #: split say `held_out` or `resubstitution`.
     protocol: str = "online"

@@ -10,12 +10,12 @@ import asyncio
 from collections import Counter
 from typing import Any, Literal
 
-from agents.base import Agent
+from agents.base import BaseAgent
 from envs.base import EnvEpisode, extract_answer, normalize
 from harness.agent_api import AgentContext, Attempt
 
 
-class BestOfKAgent(Agent):
+class BestOfKAgent(BaseAgent):
     def __init__(self, context: AgentContext, k: int = 5, temperature: float = 0.7,
                  select: Literal["majority", "judge"] = "majority", **kwargs: Any) -> None:
         super().__init__(context, **kwargs)

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, require_placeholders
+from agents.base import BaseAgent, require_placeholders
 from agents.memory_store import cosine
 from agents.tool_learning import check_tool_code
 from envs.base import EnvEpisode, TaskView
@@ -151,7 +151,7 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
         del memo[next(iter(memo))]
 
 
-class CheatsheetAgent(Agent):
+class CheatsheetAgent(BaseAgent):
     @classmethod
     def uses_embedder(cls, options: dict[str, Any]) -> bool:
         """DC-RS retrieves its past tasks by similarity; DC-Cu keeps one cheatsheet."""

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.base import Agent
+from agents.base import BaseAgent
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import parse_text_call
 from harness.agent_api import (
@@ -92,7 +92,7 @@ class OutsideModel:
         return f"OutsideModel(base_url={self.base_url!r}, model={self.model!r})"
 
 
-class Environment:
+class OutsideEnvironment:
     """What a multi-step outside agent acts in: `observation`, `done`, `tools` (OpenAI function
     specs, or None) and `step(action) -> observation`. In an environment with tools, an action is a
     tool call as `{"tool": name, "arguments": {...}}` (text) or a plain-text final reply."""
@@ -135,7 +135,7 @@ class Environment:
         return outcome.observation
 
 
-class ExternalAgent(Agent):
+class ExternalAgent(BaseAgent):
     """Hosts one outside agent for one agent run (variant=external)."""
 
     @classmethod
@@ -193,7 +193,7 @@ class ExternalAgent(Agent):
         task = self._task
         outside = await self._ready()
         stepped = episode.multi_step or episode.tools is not None
-        env = Environment(episode, self._step_row(episode)) if stepped else None
+        env = OutsideEnvironment(episode, self._step_row(episode)) if stepped else None
         if env is not None and not outside.steps:
             raise OutsideAgentError(f"{outside.name} cannot act in a multi-step environment: it needs "
                                     "solve(task, env) (a process: 'step' among its ops)")
@@ -344,7 +344,7 @@ class Outside:
 
     async def start(self) -> None: ...
 
-    async def solve(self, task: dict[str, Any], env: Environment | None) -> Any: ...
+    async def solve(self, task: dict[str, Any], env: OutsideEnvironment | None) -> Any: ...
 
     async def learn(self, task: dict[str, Any], answer: str | None, feedback: dict[str, Any]) -> None: ...
 
@@ -370,7 +370,7 @@ class InProcess(Outside):
     async def start(self) -> None:
         self._instance = await self._run(self.cls, self.llm, str(self.workdir), self.seed, **self.options)
 
-    async def solve(self, task: dict[str, Any], env: Environment | None) -> Any:
+    async def solve(self, task: dict[str, Any], env: OutsideEnvironment | None) -> Any:
         return await self._run(self._instance.solve, task, *([env] if env is not None else []))
 
     async def learn(self, task: dict[str, Any], answer: str | None, feedback: dict[str, Any]) -> None:
@@ -442,7 +442,7 @@ class Process(Outside):
         self.ops = {op for op in ready.get("ops", ["solve"]) if op in ("learn", "save", "load")}
         self.steps = "step" in ready.get("ops", [])
 
-    async def solve(self, task: dict[str, Any], env: Environment | None) -> Any:
+    async def solve(self, task: dict[str, Any], env: OutsideEnvironment | None) -> Any:
         seen = {"observation": env.observation, "tools": env.tools} if env is not None else None
         await self._write({"op": "solve", "task": task, "env": seen})
         while True:

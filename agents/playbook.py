@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, require_placeholders
+from agents.base import BaseAgent, require_placeholders
 from agents.memory_store import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, Feedback, GateKind, Opening, PlaybookEventRow, Render
@@ -114,7 +114,7 @@ def words(bullets: list[Bullet]) -> int:
 
 
 
-class PlaybookAgent(Agent):
+class PlaybookAgent(BaseAgent):
     @classmethod
     def uses_embedder(cls, options: dict[str, Any]) -> bool:
         return True  # a bullet's vector finds its near-duplicates

@@ -5,9 +5,10 @@ After each task one distil call (purpose distill) turns the attempt and its verd
 `max_items` memory items, each a title, a one-sentence description and one to three sentences of
 content: from a success, the strategy that worked; from a failure, what went wrong and how to
 avoid it. The verdict is the reward `reward_source` names; the yaml's default is the LLM judge
-(`judge: {}`, `reward_source: judge`, harness/agent_run/judge.py), which never sees the reference, so the bank
-learns as it would where no answers exist, self-graded mistakes included (episodes keep the
-judge's `judge_score` beside the true `score`, so the gap can be measured).
+(`judge: {}`, `reward_source: judge`, harness/agent_run/reference_free_judge.py), which never sees
+the reference, so the bank learns as it would where no answers exist, self-graded mistakes
+included (episodes keep the judge's `judge_score` beside the true `score`, so the gap can be
+measured).
 
 The items live in the episodic memory's own LanceDB table (agents/memory_store.py, options in
 `variant.memory`), one row each, keyed by the embedding of the question they came from (purpose
@@ -38,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.base import Agent, require_placeholders
+from agents.base import BaseAgent, require_placeholders
 from agents.memory_store import EpisodicMemory, cosine
 from envs.base import EnvEpisode
 from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Trial
@@ -204,7 +205,7 @@ class StrategyMemory(EpisodicMemory):
         return bank_block([text for _, text, _ in scored[: self.top_k]])
 
 
-class ReasoningBankAgent(Agent):
+class ReasoningBankAgent(BaseAgent):
     """Distils judged attempts into titled strategies, recalls them for similar tasks (module doc)."""
 
     @classmethod

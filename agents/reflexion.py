@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.base import Agent, require_placeholders
+from agents.base import BaseAgent, require_placeholders
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, AttemptResult, Trial
 
@@ -17,7 +17,7 @@ REFLECT_PROMPT = (
 )
 
 
-class ReflexionAgent(Agent):
+class ReflexionAgent(BaseAgent):
     def __init__(self, context: AgentContext, reflect_prompt: str | None = None, max_attempts: int = 3,
                  **kwargs: Any) -> None:
         reflect_prompt = reflect_prompt or REFLECT_PROMPT  # null in the yaml: the built-in prompt

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.base import Agent
+from agents.base import BaseAgent
 from envs.base import EnvEpisode
 from harness.agent_api import AgentContext, Attempt
 
 
-class RetryAgent(Agent):
+class RetryAgent(BaseAgent):
     def __init__(self, context: AgentContext, retry_temperature: float = 0.7, max_attempts: int = 3,
                  **kwargs: Any) -> None:
         super().__init__(context, max_attempts=max_attempts, **kwargs)

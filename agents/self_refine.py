@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agents.base import Agent, require_placeholders
+from agents.base import BaseAgent, require_placeholders
 from envs.base import EnvEpisode
 from harness.agent_api import AgentContext, Attempt
 
@@ -27,7 +27,7 @@ REFINE_PROMPT = "Feedback on your answer: {critique}\n\nGive an improved answer,
 _CORRECT = re.compile(r"^\W*correct\b", re.IGNORECASE)
 
 
-class SelfRefineAgent(Agent):
+class SelfRefineAgent(BaseAgent):
     def __init__(self, context: AgentContext, max_rounds: int = 2, critique_prompt: str | None = None,
                  refine_prompt: str | None = None, **kwargs: Any) -> None:
         critique_prompt = critique_prompt or CRITIQUE_PROMPT  # null in the yaml: the built-in prompt

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agents.base import Agent, require_placeholders
+from agents.base import BaseAgent, require_placeholders
 from agents.memory_store import cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import (
@@ -57,7 +57,7 @@ class Skill(BaseModel):
 
 
 
-class SkillsAgent(Agent):
+class SkillsAgent(BaseAgent):
     @classmethod
     def uses_embedder(cls, options: dict[str, Any]) -> bool:
         return True  # skills are retrieved by similarity

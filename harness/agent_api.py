@@ -287,7 +287,7 @@ class ModelEndpoint(Protocol):
         endpoint's URL, key and model (HARNESS_* and OPENAI_*)."""
 
 
-class Scorer(Protocol):
+class Judge(Protocol):
     """An LLM judge as agents may use it (best-of-k's pick): a score in [0, 1] for an answer."""
 
     async def score(self, question: str, answer: str) -> float: ...
@@ -306,7 +306,7 @@ class AgentContext:
     workdir: Path = Path(".")
     guard: Guard = field(default_factory=Guard)
     recorder: Recorder = field(default_factory=Recorder)
-    judge: Scorer | None = None
+    judge: Judge | None = None
     """The run's judge (variant.judge), where one is configured."""
     endpoint: Callable[[], Awaitable[ModelEndpoint]] | None = None
     """Serves the run's model over HTTP while the run is live (outside agents call it); None

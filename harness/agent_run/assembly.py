@@ -16,12 +16,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import EnvEpisode, Environment
-from harness.agent_api import Agent, AgentContext, Guard, ModelClient, ModelEndpoint, Recorder
+from harness.agent_api import Agent, AgentContext, Guard, Judge, ModelClient, ModelEndpoint, Recorder
 from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.gate import SealedGate
-from harness.agent_run.judge import Judge
 from harness.agent_run.plan import AgentRunSpec, instantiate_component
-from harness.agent_run.safety import SafetyChecker
+from harness.agent_run.reference_free_judge import ReferenceFreeJudge
+from harness.agent_run.safety_check import SafetyChecker
 from harness.config import ConfigError
 
 
@@ -72,9 +72,9 @@ def _configured(factory: type, llm: ModelClient, options: dict[str, Any], **extr
         raise ConfigError(f"invalid config: variant: {message}") from None
 
 
-def build_judge(options: HarnessOptions, llm: ModelClient) -> Judge | None:
+def build_judge(options: HarnessOptions, llm: ModelClient) -> ReferenceFreeJudge | None:
     """The run's judge (`variant.judge`): it scores every attempt, and best-of-k may pick with it."""
-    return _configured(Judge, llm, options.judge) if options.judge is not None else None
+    return _configured(ReferenceFreeJudge, llm, options.judge) if options.judge is not None else None
 
 
 def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None = None,

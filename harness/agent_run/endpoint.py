@@ -63,8 +63,9 @@ class BadRequest(ValueError):
     """A request the endpoint refuses (400), with the one-line reason."""
 
 
-class ModelEndpoint:
-    """Serves one agent run's calls over HTTP on 127.0.0.1 while the run is live."""
+class HttpEndpoint:
+    """Serves one agent run's calls over HTTP on 127.0.0.1 while the run is live (the
+    harness.agent_api.ModelEndpoint that outside agents reach)."""
 
     def __init__(self, llm: AgentModelClient, secret_env: Iterable[str] = ()) -> None:
         self.llm = llm
@@ -112,7 +113,7 @@ class ModelEndpoint:
         stop, self._stop = self._stop, None
         return stop
 
-    async def start(self) -> ModelEndpoint:
+    async def start(self) -> HttpEndpoint:
         from aiohttp import web
 
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -331,11 +332,11 @@ class RunEndpoint:
 
     def __init__(self, llm: AgentModelClient, secret_env: Iterable[str] = ()) -> None:
         self.llm, self.secret_env = llm, list(secret_env)
-        self._endpoint: ModelEndpoint | None = None
+        self._endpoint: HttpEndpoint | None = None
 
-    async def open(self) -> ModelEndpoint:
+    async def open(self) -> HttpEndpoint:
         if self._endpoint is None:
-            self._endpoint = await ModelEndpoint(self.llm, self.secret_env).start()
+            self._endpoint = await HttpEndpoint(self.llm, self.secret_env).start()
         return self._endpoint
 
     async def close(self) -> None:

@@ -25,8 +25,8 @@ from harness.agent_api import (
     Attempt,
     AttemptResult,
     Feedback,
+    Judge,
     Recorder,
-    Scorer,
     Trial,
     TuningAttempt,
     TuningSet,
@@ -34,7 +34,6 @@ from harness.agent_api import (
 from harness.agent_run.assembly import build_agent, build_judge, split_options
 from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.endpoint import RunEndpoint
-from harness.agent_run.judge import Judge
 from harness.agent_run.plan import AgentRunSpec, episode_id, probe_points
 from harness.agent_run.snapshots import load_snapshot, save_snapshot
 from harness.clock import utc_now
@@ -78,7 +77,7 @@ class EnvTrial(Trial):
     attempt is assessed by the environment's checker and, where configured, the judge (which never
     sees the reference); the agent is told the reward `reward_source` names."""
 
-    def __init__(self, task: Task, env: Environment, llm: AgentModelClient, judge: Scorer | None = None,
+    def __init__(self, task: Task, env: Environment, llm: AgentModelClient, judge: Judge | None = None,
                  reward_source: str = "truth") -> None:
         self.task = TaskView.of(task)
         self._task = task

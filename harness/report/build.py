@@ -43,7 +43,7 @@ from harness.report.html import write_html
 from harness.report.parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
 from harness.report.stats import group_interval
 from harness.tables.costs import known_sum, total_cost
-from harness.tables.reading import read_table, read_tables
+from harness.tables.reading import read_table, read_tables, run_directories
 from harness.tables.records import PURPOSES, TABLES
 from harness.tables.summary import SNAPSHOT_COLUMNS, group_keys, label_runs, settings_labels
 
@@ -57,7 +57,7 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
     for path in paths:
         if not path.is_dir():
             raise ReportError(f"{path}: no such directory")
-        found = sorted({p.parent.parent for p in path.rglob("episodes/*.parquet")})
+        found = [run for run in run_directories(path) if any((run / "episodes").glob("*.parquet"))]
         if not found:
             raise ReportError(f"{path}: holds no harness tables (no episodes/*.parquet below it)")
         runs += found

@@ -7,6 +7,7 @@ counts a row twice. A table without a file reads as an empty frame.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,3 +38,18 @@ def read_tables(run_dirs: Iterable[Path], table: str) -> pl.DataFrame:
 def count_rows(run_dir: Path, table: str) -> int:
     """Rows of one table of a run directory, from the files' metadata (nothing read)."""
     return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(run_dir / table))
+
+
+def run_directories(root: Path) -> list[Path]:
+    """Every run directory below `root` (or `root` itself), sorted: one holding `manifest.json` or an
+    `episodes/` table. The report and the viewer both find runs so."""
+    found: list[Path] = []
+    for directory, subdirs, files in os.walk(root):
+        if "manifest.json" in files or "episodes" in subdirs:
+            found.append(Path(directory))
+            subdirs[:] = []  # a run directory holds no other run
+            continue
+        # Hidden directories (.hydra, .git) hold no run. Names are not judged otherwise: `outputs/runs/`
+        # holds runs although a table is called `runs`, and below a run nothing is walked anyway.
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+    return sorted(found)

@@ -53,7 +53,7 @@ from harness.view.pages import (
     runs_page,
 )
 from harness.view.queries import EpisodeFilter, episode_detail, list_episodes, runs_overview
-from harness.view.store import BadRequest, Store, TooLarge, ViewError
+from harness.view.store import BadParameter, Store, TooLarge, ViewError
 
 DEFAULT_PORT = 8000
 FAVICON = (
@@ -142,7 +142,7 @@ class Viewer:
         )
 
     def _compare(self, selection: list[str], reference: str, as_json: bool = False) -> Reply:
-        from harness.view.compare import comparison  # loads the report's statistics: only when asked
+        from harness.view.selection_report import comparison  # loads the report's statistics: only when asked
 
         compared = comparison(self.store, selection, reference, with_figures=not as_json)
         if as_json:
@@ -171,13 +171,13 @@ class NotFound(ViewError):
 
 def required(query: dict[str, str], name: str) -> str:
     if not query.get(name):
-        raise BadRequest(f"missing ?{name}=")
+        raise BadParameter(f"missing ?{name}=")
     return query[name]
 
 
 def whole(text: str, name: str) -> int:
     if not text.isdigit():
-        raise BadRequest(f"{name} must be a whole number, not {text!r}")
+        raise BadParameter(f"{name} must be a whole number, not {text!r}")
     return int(text)
 
 
@@ -191,7 +191,7 @@ def make_handler(viewer: Viewer, quiet: bool = True) -> type[BaseHTTPRequestHand
             except TooLarge as error:
                 status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
                 content_type, body = error_body(api, "Too large to compare here", str(error))
-            except BadRequest as error:
+            except BadParameter as error:
                 status = HTTPStatus.BAD_REQUEST
                 content_type, body = error_body(api, "Bad request", str(error))
             except ViewError as error:  # bad input: a one-line page (or JSON) saying what, never a traceback

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 import polars as pl
 
 from harness.tables.summary import settings_labels
-from harness.view.store import BadRequest, RunDir, Store, ViewError, read_manifest
+from harness.view.store import BadParameter, RunDir, Store, ViewError, read_manifest
 
 PAGE_SIZE = 50
 """Episodes per page of the episodes list."""
@@ -165,12 +165,12 @@ class EpisodeFilter:
             f.name: query.get(f.name, "").strip() for f in fields(cls) if f.name != "page"
         }
         if values["seed"] and not values["seed"].lstrip("-").isdigit():
-            raise BadRequest(f"seed must be a whole number, not {values['seed']!r}")
+            raise BadParameter(f"seed must be a whole number, not {values['seed']!r}")
         if values["success"] not in ("", "true", "false"):
-            raise BadRequest(f"success must be true or false, not {values['success']!r}")
+            raise BadParameter(f"success must be true or false, not {values['success']!r}")
         page = query.get("page", "1") or "1"
         if not page.isdigit() or int(page) < 1:
-            raise BadRequest(f"page must be a positive whole number, not {page!r}")
+            raise BadParameter(f"page must be a positive whole number, not {page!r}")
         return cls(**values, page=int(page))
 
     def where(self) -> tuple[str, list[Any]]:

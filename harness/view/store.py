@@ -3,10 +3,10 @@ every request (a sweep in progress adds job directories, a running job adds part
 table of a chosen set of them as one DuckDB scan over their current Parquet files.
 
 Nothing is loaded ahead of a request. A running job's many small part files are read through chunks the
-viewer merges them into (harness/view/parts.py). A table is a SQL fragment (`Store.scan`) that reads only the
-files of the run directories asked for, with every column of the current schema (a column older files
-lack reads as null) and a `run_dir` column naming the directory; DuckDB reads only the columns and
-row groups a query needs.
+viewer merges them into (harness/view/part_chunks.py). A table is a SQL fragment (`Store.scan`) that
+reads only the files of the run directories asked for, with every column of the current schema (a
+column older files lack reads as null) and a `run_dir` column naming the directory; DuckDB reads only
+the columns and row groups a query needs.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.tables.reading import run_directories
 from harness.tables.records import TABLES
 from harness.tables.writer import table_files
-from harness.view.parts import PartMerger
+from harness.view.part_chunks import PartMerger
 
 COLUMN_CACHE_FILES = 20_000
 """Files whose columns are remembered before those no longer there (compacted parts) are forgotten."""
@@ -57,7 +58,7 @@ class TooLarge(ViewError):
     """A selection whose statistics would not fit in the viewer's memory: HTTP 413, in one line."""
 
 
-class BadRequest(ViewError):
+class BadParameter(ViewError):
     """A query parameter that cannot be read (a seed that is not a number): HTTP 400, not 404."""
 
 
@@ -80,19 +81,14 @@ def null_column(field: pa.Field) -> str:
 
 
 def find_run_dirs(roots: Sequence[Path]) -> list[RunDir]:
-    """Every run directory below the roots: one holding `manifest.json` or an `episodes/` table."""
+    """Every run directory below the roots (harness.tables.reading.run_directories), keyed by its path
+    relative to its root (prefixed `i:` when there are several roots)."""
     found: list[RunDir] = []
     for index, root in enumerate(roots):
         prefix = f"{index}:" if len(roots) > 1 else ""
-        for directory, subdirs, files in os.walk(root):
-            if "manifest.json" in files or "episodes" in subdirs:
-                relative = os.path.relpath(directory, root)
-                found.append(RunDir(prefix + relative.replace(os.sep, "/"), Path(directory)))
-                subdirs[:] = []  # a run directory holds no other run
-                continue
-            # Hidden directories (.hydra, .git) hold no run. Names are not judged otherwise: `outputs/runs/`
-            # holds runs although a table is called `runs`, and below a run nothing is walked anyway.
-            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for directory in run_directories(root):
+            relative = os.path.relpath(directory, root)
+            found.append(RunDir(prefix + relative.replace(os.sep, "/"), directory))
     return sorted(found, key=lambda d: d.key)
 
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from envs.tool_calls import ToolCall
-from harness.agent_run.endpoint import ModelEndpoint
+from harness.agent_run.endpoint import HttpEndpoint
 from harness.config import BudgetSettings
 from harness.models.gateway import Gateway
 from harness.models.model_client import BUDGET_EXHAUSTED, AgentModelClient, CallRequest, CallResult
@@ -36,7 +36,7 @@ class Recording:
         return result
 
 
-def serve(test: Callable[[ModelEndpoint, Recording], Awaitable[None]], budget: BudgetSettings | None = None,
+def serve(test: Callable[[HttpEndpoint, Recording], Awaitable[None]], budget: BudgetSettings | None = None,
           tool_call: ToolCall | None = None) -> None:
     settings = scripted_settings()
     gateway = Recording(Gateway([settings.model, settings.embedder],
@@ -46,7 +46,7 @@ def serve(test: Callable[[ModelEndpoint, Recording], Awaitable[None]], budget: B
     llm.start_episode("run/0", "task-0")
 
     async def main() -> None:
-        endpoint = await ModelEndpoint(llm).start()
+        endpoint = await HttpEndpoint(llm).start()
         try:
             await test(endpoint, gateway)
         finally:
@@ -55,12 +55,12 @@ def serve(test: Callable[[ModelEndpoint, Recording], Awaitable[None]], budget: B
     asyncio.run(main())
 
 
-def client(endpoint: ModelEndpoint, purpose: str = "act", key: str | None = None) -> openai.AsyncOpenAI:
+def client(endpoint: HttpEndpoint, purpose: str = "act", key: str | None = None) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=endpoint.url(purpose), api_key=key or endpoint.api_key, max_retries=2)
 
 
 def test_a_call_is_a_call_of_the_run_billed_by_the_url_or_header_purpose():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         act = await client(endpoint).chat.completions.create(model="any", messages=QUESTION)
         await client(endpoint, "reflect").chat.completions.create(model="any", messages=QUESTION)
         await client(endpoint).chat.completions.create(model="any", messages=QUESTION,
@@ -76,7 +76,7 @@ def test_a_call_is_a_call_of_the_run_billed_by_the_url_or_header_purpose():
 
 
 def test_parameters_reach_the_model_and_n_choices_are_n_calls_with_their_own_seeds():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         reply = await client(endpoint).chat.completions.create(
             model="any", messages=QUESTION, n=3, temperature=0.7, seed=10, max_completion_tokens=20,
             response_format={"type": "text"})
@@ -90,7 +90,7 @@ def test_parameters_reach_the_model_and_n_choices_are_n_calls_with_their_own_see
 
 
 def test_a_streamed_answer_is_the_same_answer_with_its_usage_last():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         stream = await client(endpoint).chat.completions.create(
             model="any", messages=QUESTION, stream=True, stream_options={"include_usage": True})
         chunks = [chunk async for chunk in stream]
@@ -106,7 +106,7 @@ def test_a_streamed_answer_is_the_same_answer_with_its_usage_last():
 def test_tool_calls_come_back_as_the_sdk_reads_them_streamed_or_not():
     call = ToolCall.new("lookup", json.dumps({"country": "France"}))
 
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
         reply = await client(endpoint).chat.completions.create(model="any", messages=QUESTION, tools=tools)
         [made] = reply.choices[0].message.tool_calls
@@ -123,7 +123,7 @@ def test_tool_calls_come_back_as_the_sdk_reads_them_streamed_or_not():
 
 
 def test_embeddings_come_back_as_floats_or_base64_as_the_sdk_asks():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         expected = await endpoint.llm.embed(["a", "b"])
         decoded = await client(endpoint).embeddings.create(model="any", input=["a", "b"])  # base64 by default
         floats = await client(endpoint).embeddings.create(model="any", input="a", encoding_format="float")
@@ -136,7 +136,7 @@ def test_embeddings_come_back_as_floats_or_base64_as_the_sdk_asks():
 
 
 def test_a_key_that_is_not_the_runs_is_refused_and_a_rotated_key_stops_working():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         with pytest.raises(openai.AuthenticationError, match="does not belong to this agent run"):
             await client(endpoint, key="harness-run-x").chat.completions.create(model="m", messages=QUESTION)
         old = endpoint.api_key
@@ -157,7 +157,7 @@ def test_a_key_that_is_not_the_runs_is_refused_and_a_rotated_key_stops_working()
     ({"model": "m", "messages": QUESTION, "seed": "x"}, "'seed' must be an integer, got 'x'"),
 ], ids=["no messages", "no role", "n=0", "unknown parameter", "seed not an integer"])
 def test_a_malformed_request_is_a_400_with_one_line_naming_what_is_wrong(body, message):
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         headers = {"Authorization": f"Bearer {endpoint.api_key}"}
         async with httpx.AsyncClient() as http:
             answer = await http.post(f"{endpoint.base_url}/chat/completions", headers=headers, json=body)
@@ -172,7 +172,7 @@ def test_a_malformed_request_is_a_400_with_one_line_naming_what_is_wrong(body, m
 
 
 def test_an_unknown_purpose_or_a_body_that_is_not_json_is_a_400():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         root = endpoint.base_url.removesuffix("/v1")
         headers = {"Authorization": f"Bearer {endpoint.api_key}"}
         async with httpx.AsyncClient() as http:
@@ -189,7 +189,7 @@ def test_an_unknown_purpose_or_a_body_that_is_not_json_is_a_400():
 
 
 def test_a_spent_budget_is_an_error_the_sdk_raises_at_once_and_the_run_is_told():
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         await client(endpoint).chat.completions.create(model="m", messages=QUESTION)  # spends the budget
         with pytest.raises(openai.RateLimitError) as refused:
             await client(endpoint).chat.completions.create(model="m", messages=QUESTION)
@@ -207,7 +207,7 @@ def test_an_outside_process_gets_the_runs_url_and_key_and_none_of_the_harness_se
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value")
     monkeypatch.setenv("MY_DATABASE_PASSWORD", "hunter2hunter2")
 
-    async def test(endpoint: ModelEndpoint, gateway: Recording) -> None:
+    async def test(endpoint: HttpEndpoint, gateway: Recording) -> None:
         environment = endpoint.environment()
         assert "ANTHROPIC_API_KEY" not in environment and "MY_DATABASE_PASSWORD" not in environment
         assert environment["OPENAI_API_KEY"] == environment["HARNESS_API_KEY"] == endpoint.api_key

@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 
-from agents.base import Agent
+from agents.base import BaseAgent
 from envs.base import EnvEpisode
 from harness.agent_api import Attempt
 from harness.agent_run.runner import RunOutcome
@@ -10,7 +10,7 @@ from harness.tables.records import MemoryEventRow
 from tests.conftest import ListSink, run_variant
 
 
-class MiswritingAgent(Agent):
+class MiswritingAgent(BaseAgent):
     """Writes a memory event with a column its table does not have, on every other task."""
 
     async def solve(self, episode: EnvEpisode) -> Attempt:
@@ -21,7 +21,7 @@ class MiswritingAgent(Agent):
         return Attempt(final_output="Paris", steps=1)
 
 
-class ExplodingAgent(Agent):
+class ExplodingAgent(BaseAgent):
     async def solve(self, episode: EnvEpisode) -> Attempt:
         await self.llm.complete(self.messages_for(episode.observation))
         raise ValueError("agent bug")

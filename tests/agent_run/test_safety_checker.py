@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from harness.agent_api import Completion
-from harness.agent_run.safety import CHECK_PROMPT, SafetyChecker, parse_safety_verdict
+from harness.agent_run.safety_check import CHECK_PROMPT, SafetyChecker, parse_safety_verdict
 from harness.models.gateway import Gateway
 from harness.models.model_client import AgentModelClient, ModelCallError
 from harness.tables.records import SafetyEventRow, Usage

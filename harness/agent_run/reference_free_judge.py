@@ -23,7 +23,9 @@ def parse_verdict(text: str) -> float:
     return 1.0 if match and match.group(1).lower() in ("yes", "correct") else 0.0
 
 
-class Judge:
+class ReferenceFreeJudge:
+    """Scores an answer to a question without the reference (harness.agent_api.Judge): yes 1.0, no 0.0."""
+
     def __init__(self, llm: ModelClient, prompt: str = DEFAULT_JUDGE_PROMPT) -> None:
         if "{question}" not in prompt or "{answer}" not in prompt:
             raise ValueError("variant.judge.prompt must contain {question} and {answer}")
