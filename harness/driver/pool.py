@@ -11,7 +11,8 @@
 
 So a job costs its plan, its writer, its tables and its resume, not processes: a 64-job sweep
 starts the same few actors as one run, and pays their start-up (litellm's import, a local model's
-load) once. Agent runs go to the least loaded workers as jobs submit them.
+load) once. Agent runs go to the least loaded workers as jobs submit them. A pool is started in one
+place, for a single run and a sweep alike: harness/driver/session.py `start_pool`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class AgentPool:
     reporting the actors it kills as failures."""
     stop_reason: str | None = None
     """Why it is stopping, when a signal or the user stopped it (its jobs' manifests say so)."""
+    ray_address: str | None = None
+    """The Ray it runs on (its GCS address), as harness/driver/session.py `start_pool` started or
+    joined it; each job's manifest records it."""
+    dashboard_url: str | None = None
+    """That Ray's dashboard, where the command started one."""
     _load: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

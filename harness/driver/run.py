@@ -35,7 +35,7 @@ from harness.driver.preflight import (
     check_servers_answer,
     resume_plan,
 )
-from harness.driver.session import ray_session, resume_hint, start_job_session
+from harness.driver.session import resume_hint, start_job_session
 from harness.models.model_client import BUDGET_EXHAUSTED
 from harness.tables.reading import read_table
 from harness.tables.records import Episode, LLMCall, Manifest
@@ -74,9 +74,6 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     identity = identity or JobIdentity.of_hydra_job()
     with exclusive(run_dir), contextlib.ExitStack() as stack:
         specs, resumes = resume_plan(specs, run_dir)
-        address, dashboard = stack.enter_context(ray_session(settings.ray))
-        if dashboard and pool is None:  # a sweep's launcher says it once
-            print(f"Ray dashboard: {dashboard}", flush=True)
         session = start_job_session(settings, specs, run_dir, stack, hint, pool)
         checked = session.pool.check_models(settings)
         startup.mark("checked")
@@ -84,7 +81,7 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         specs = [s.model_copy(update={"model_params": checked.params, "refused_params": checked.refused,
                                       "mark_cache": checked.mark_cache}) for s in specs]
         manifest = start_manifest(settings, specs, resumes, resolved_config)
-        manifest.ray_address, manifest.dashboard_url = address, dashboard
+        manifest.ray_address, manifest.dashboard_url = session.pool.ray_address, session.pool.dashboard_url
         manifest.startup_s = startup.seconds()
         manifest.model_params = specs[0].model_params if specs else None
         with recorded(manifest, run_dir, hint):

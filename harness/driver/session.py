@@ -2,8 +2,9 @@
 agent workers, writer hub, model limits, local model servers) started or joined, and how to tell the
 user to resume when a part of it dies.
 
-Everything started is registered on the caller's `contextlib.ExitStack`, so it stops again however
-the job ends.
+`start_pool` is the one way a pool starts: a single run's job session calls it for a pool of its own,
+and a sweep (harness/driver/multirun.py) for the pool all its jobs share. Everything started is
+registered on the caller's `contextlib.ExitStack`, so it stops again however the job ends.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import contextlib
 import logging
 import shlex
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ from harness import USER_SET, harness_env
 from harness.agent_run.plan import AgentRunSpec, models_in_use
 from harness.config import ConfigError, EndpointSettings, HarnessConfig, RaySettings
 from harness.driver import signals, startup
-from harness.driver.pool import AgentPool, serve_models
-from harness.driver.warm_pool import WARM_NAMESPACE, open_pool, usable_state
+from harness.driver.pool import AgentPool, serve_models, start_workers
+from harness.driver.warm_pool import WARM_NAMESPACE, lease_warm_pool, usable_state
 from harness.errors import RunAborted, one_line
 from harness.models.model_server import LocalModelServer
 
@@ -48,13 +49,17 @@ class JobSession:
 def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
                       stack: contextlib.ExitStack, resume_hint: str, pool: AgentPool | None = None
                       ) -> JobSession:
-    """The job's session on the Ray already started: on `pool` (its sweep's), or on a pool of its
-    own, stopped when `stack` closes."""
+    """The job's session: on `pool` (its sweep's, on the Ray its sweep started), or on a pool of its
+    own, Ray and all, ready when this returns and stopped when `stack` closes."""
     answer_key = ({t.question: t.answer for s in specs for t in [*s.tasks, *s.tuning_tasks]}
                   if settings.model.is_scripted else None)
     if pool is None:
         name = f"harness {settings.variant.name}-{settings.env.name}-{uuid.uuid4().hex[:6]}"
-        pool = start_pool(settings.ray, models_in_use(settings), run_dir, stack, name, len(specs))
+        pool = start_pool(settings.ray, stack, name, run_dir, lambda: models_in_use(settings), len(specs))
+        if pool.dashboard_url:
+            print(f"Ray dashboard: {pool.dashboard_url}", flush=True)
+        ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
+        startup.mark("pool")
         return JobSession(pool, pool.servers, answer_key, resume_hint, run_dir)
     limits = ray.get_actor(pool.limits_name)
     if settings.model.serves_locally and settings.model.name not in ray.get(limits.local_servers.remote()):
@@ -63,14 +68,23 @@ def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_di
     return JobSession(pool, (), answer_key, resume_hint, run_dir)
 
 
-def start_pool(settings: RaySettings, models: Sequence[EndpointSettings], log_dir: Path,
-               stack: contextlib.ExitStack, name: str, agent_runs: int | None = None) -> AgentPool:
-    """The whole pool, its actors named after `name` (or the warm pool's), ready (litellm imported)
-    when this returns; stopped (or given back) when `stack` closes."""
-    pool = open_pool(settings, stack, name, agent_runs)
-    serve_models(pool, models, log_dir, stack)
-    ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
-    startup.mark("pool")
+def start_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str, log_dir: Path,
+               models: Callable[[], Sequence[EndpointSettings]], agent_runs: int | None = None) -> AgentPool:
+    """The one way a pool starts, for a single run and a sweep alike: Ray started or attached
+    (`ray_session`); the pool's actors (harness/driver/pool.py): with `ray.address=warm` the warm
+    pool's generation unless another command holds it, else started now, named after `name`, never
+    more workers than `agent_runs`; then the local model servers and embedders of `models()`, their
+    logs in `log_dir`. All stopped (or given back) when `stack` closes.
+
+    `models` is asked once the workers are starting: they import litellm (seconds) meanwhile, so a
+    sweep composes the rest of its jobs' configs in it. The workers may still be importing when this
+    returns (`__ray_ready__` says when they are done)."""
+    pool_ray, dashboard = stack.enter_context(ray_session(settings))
+    pool = lease_warm_pool(stack, settings.num_workers, agent_runs) if settings.address == "warm" else None
+    if pool is None:  # not on a warm pool, or another command holds it
+        pool = start_workers(settings, stack, name, agent_runs)
+    pool.ray_address, pool.dashboard_url = pool_ray, dashboard
+    serve_models(pool, models(), log_dir, stack)
     return pool
 
 

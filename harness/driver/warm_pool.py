@@ -37,13 +37,11 @@ import psutil
 import ray
 from pydantic import BaseModel
 
-from harness.config import RaySettings
 from harness.driver.pool import (
     AgentPool,
     flush_on_signal,
     hub_name,
     spawn_pool_actors,
-    start_workers,
     worker_name,
 )
 from harness.driver.startup import changed_modules
@@ -262,22 +260,11 @@ async def _answered(actors: list[Any]) -> None:
     await asyncio.gather(*(actor.__ray_ready__.remote() for actor in actors))
 
 
-def open_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str,
-              agent_runs: int | None = None) -> AgentPool:
-    """The pool's actors for this command (harness/driver/pool.py `start_workers`), stopped or given
-    back when `stack` closes: with `ray.address=warm`, the warm pool's generation unless another
-    command holds it; else started now, named after `name`."""
-    if settings.address == "warm":
-        leased = lease_warm_pool(stack, settings.num_workers, agent_runs)
-        if leased is not None:
-            return leased
-    return start_workers(settings, stack, name, agent_runs)
-
-
 def lease_warm_pool(stack: contextlib.ExitStack, num_workers: int | None,
                     agent_runs: int | None) -> AgentPool | None:
-    """The warm pool's generation for this command, given back when `stack` closes; None (said in one
-    line) when another command holds it."""
+    """The warm pool's generation for a command with `ray.address=warm` (harness/driver/session.py
+    `start_pool`), given back when `stack` closes; None (said in one line) when another command holds
+    it, and the command starts workers of its own."""
     holder = f"pid {os.getpid()} {uuid.uuid4().hex[:6]}"
     try:
         keeper = ray.get_actor(KEEPER, namespace=WARM_NAMESPACE)
