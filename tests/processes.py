@@ -146,7 +146,7 @@ def stop_session(process: subprocess.Popen[str]) -> None:
 def finished_so_far(run_dir: Path) -> int:
     """Episodes a running job has finished, read while it writes: read again when its writer's
     compaction removed a part between the listing and the read."""
-    from harness.tables.resume import finished_episodes
+    from harness.tables.orphans import finished_episodes
 
     for _ in range(10):
         try:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import ray
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -28,12 +28,11 @@ from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport
 from harness.driver.metrics import job_labels
 from harness.driver.progress import JobFigures, progress_actor_name
+from harness.driver.resume import close_finished
 from harness.driver.session import JobSession, check_alive
 from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_cause
 from harness.models.model_client import GatewayUnavailable, ModelUnavailable
-from harness.tables.reading import read_table
 from harness.tables.records import Episode, RunRow
-from harness.tables.writer import TableWriter
 
 POLL_S = 0.5
 
@@ -62,18 +61,19 @@ class JobWriter:
 
 
 def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, session: JobSession,
-            identity: JobIdentity) -> Executed:
-    """Run the agent runs not already finished (a resume's) into `run_dir`."""
+            identity: JobIdentity, described_runs: Collection[str] = ()) -> Executed:
+    """Run the agent runs not already finished (a resume's) into `run_dir`; `described_runs` already
+    have their `runs` row (harness/driver/resume.py)."""
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]
-    if not specs:  # a resume with nothing left to run: close what a killed writer left open
-        TableWriter(run_dir).close()  # (every table a file, the parts compacted)
+    if not specs:
+        close_finished(run_dir)
         return Executed()
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))
     # The hub tags the job's rows in the pool's Ray metrics with these (harness/driver/metrics.py).
     labels = job_labels(pool.limits_name, identity.number, specs)
     ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels))
-    pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, run_dir, identity))
+    pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, described_runs, identity))
     models = models_in_use(settings)
     assignments = pool.assign(specs)
     refs = [pool.workers[index].run.remote(writer.key, batch, models, session.answer_key)
@@ -184,16 +184,16 @@ class JobIdentity:
         return cls(int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None, overrides)
 
 
-def _run_rows(specs: list[AgentRunSpec], run_dir: Path, identity: JobIdentity) -> list[dict[str, Any]]:
+def _run_rows(specs: list[AgentRunSpec], described_runs: Collection[str],
+              identity: JobIdentity) -> list[dict[str, Any]]:
     """A `runs` row for each agent run not already described there (a resume adds none)."""
-    known = set(read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list())
     return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
                    repeat=s.repeat, scenario=s.scenario, model=s.model, job=identity.number,
                    overrides=" ".join(identity.overrides),
                    model_params=json.dumps(s.model_params, sort_keys=True, default=str),
                    settings=json.dumps(s.settings, sort_keys=True),
                    started_at=utc_now()).model_dump()
-            for s in specs if s.run_id not in known]
+            for s in specs if s.run_id not in described_runs]
 
 
 CANCEL_WAIT_S = 30

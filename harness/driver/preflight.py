@@ -1,12 +1,11 @@
 """The preflight stage of a job: everything that can be checked is checked before any episode runs
 (the agent's options and the cache directory in the driver; model access and parameters on a pool
-worker, where litellm is loaded), and a run directory that already holds episodes is planned as a
-resume.
+worker, where litellm is loaded). A run directory that already holds episodes is planned as a resume
+by harness/driver/resume.py.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 import urllib.error
 import urllib.request
@@ -14,13 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.agent_run.plan import AgentRunSpec, episode_ids, expected_episodes
+from harness.agent_run.plan import AgentRunSpec
 from harness.agent_run.runner import build_agent
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
 from harness.errors import one_line
 from harness.models.model_client import AgentModelClient
-from harness.tables.resume import drop_orphans, finished_episodes
-from harness.tables.writer import recover
 
 SAMPLING_PROBE = {"temperature": 0.7, "seed": 1}
 """Parameters agents set per call (agents/base.py `sampling`), checked as the config's are."""
@@ -145,25 +142,3 @@ def check_cache_writable(cache: CacheSettings) -> None:
     except OSError as error:
         raise ConfigError(f"invalid config: cache.dir: cannot write to {directory} ({one_line(error)}); "
                           "choose another directory or set cache.enabled=false") from None
-
-
-def resume_plan(specs: list[AgentRunSpec], run_dir: Path) -> tuple[list[AgentRunSpec], int]:
-    """In a directory that already holds episodes, mark them finished (see harness/tables/resume.py); the
-    specs, and how many times the directory has now been resumed."""
-    recover(run_dir)  # a compaction a crash cut short must not show its rows twice
-    finished = finished_episodes(run_dir)
-    planned = {eid for spec in specs for eid in episode_ids(spec)}
-    if finished and not finished & planned:
-        raise ConfigError(f"invalid config: {run_dir} holds episodes of other runs (a different config); "
-                          "resume with the config that wrote them, or choose a new directory")
-    # Also when no episode finished: a run stopped during its first episodes leaves their calls.
-    dropped = drop_orphans(run_dir, finished)
-    if not finished and not dropped:
-        return specs, 0
-    specs = [s.model_copy(update={"finished": sorted(set(episode_ids(s)) & finished)}) for s in specs]
-    left = sum(expected_episodes(s) - len(s.finished) for s in specs)
-    print(f"resuming in {run_dir}: {len(finished & planned)} episodes already written, {left} to go"
-          + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
-    previous = run_dir / "manifest.json"
-    resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
-    return specs, resumes

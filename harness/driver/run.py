@@ -1,7 +1,8 @@
 """The driver of one job, in four stages:
 
 1. preflight (harness/driver/preflight.py): validate, plan, check model access, the agent's options and the
-   cache, all before anything starts; under the run directory's lock, plan a resume;
+   cache, all before anything starts; under the run directory's lock, plan a resume
+   (harness/driver/resume.py);
 2. session (harness/driver/session.py): start or attach Ray, start the agent pool (or join its sweep's);
 3. execute (harness/driver/execute.py): the agent runs on the pool's workers, with a progress bar;
 4. finish (harness/driver/manifest.py and below): the manifest however the job ended, the summary, the
@@ -33,8 +34,8 @@ from harness.driver.preflight import (
     check_agents_build,
     check_cache_writable,
     check_servers_answer,
-    resume_plan,
 )
+from harness.driver.resume import plan_resume
 from harness.driver.session import resume_hint, start_job_session
 from harness.models.model_client import BUDGET_EXHAUSTED
 from harness.tables.reading import read_table
@@ -73,19 +74,20 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     hint = hint or resume_hint(run_dir, resume_command)
     identity = identity or JobIdentity.of_hydra_job()
     with exclusive(run_dir), contextlib.ExitStack() as stack:
-        specs, resumes = resume_plan(specs, run_dir)
+        resume = plan_resume(specs, run_dir)
+        specs = resume.specs
         session = start_job_session(settings, specs, run_dir, stack, hint, pool)
         checked = session.pool.check_models(settings)
         startup.mark("checked")
         _say_once(checked.notes)
         specs = [s.model_copy(update={"model_params": checked.params, "refused_params": checked.refused,
                                       "mark_cache": checked.mark_cache}) for s in specs]
-        manifest = start_manifest(settings, specs, resumes, resolved_config)
+        manifest = start_manifest(settings, specs, resume.resumes, resolved_config)
         manifest.ray_address, manifest.dashboard_url = session.pool.ray_address, session.pool.dashboard_url
         manifest.startup_s = startup.seconds()
         manifest.model_params = specs[0].model_params if specs else None
         with recorded(manifest, run_dir, hint):
-            executed = execute(settings, specs, run_dir, session, identity)
+            executed = execute(settings, specs, run_dir, session, identity, resume.described_runs)
             record_outcomes(manifest, executed.outcomes, executed.env_setup_s)
     return RunResult(run_dir, manifest, executed.outcomes)
 

@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from harness.errors import one_line
 from harness.files import replace_atomically, write_text_atomically
 from harness.tables.costs import add_costs
+from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.records import COMPRESSION, TABLES, Episode
-from harness.tables.resume import drop_orphans, finished_episodes
 
 REPLACES = b"harness.replaces"
 """Parquet metadata key of a compacted file: JSON list of the file names (same directory) it replaces."""
@@ -89,7 +89,7 @@ class TableWriter:
         unwritable: list[str] = []
         incomplete: set[str] = set()
         # Episodes last: an episode row on disk means all of that episode's rows are (resume relies
-        # on it; see harness/tables/resume.py).
+        # on it; see harness/tables/orphans.py).
         for table in sorted(self._buffers, key=lambda name: name == Episode.table):
             rows = self._buffers[table]
             if table == Episode.table:
@@ -150,7 +150,7 @@ class TableWriter:
 
     def restart_runs(self, run_ids: list[str]) -> list[str]:
         """These agent runs start again in a new worker (the old one died): write out what arrived,
-        set aside the rows of their unfinished episodes (see harness/tables/resume.py), and return the
+        set aside the rows of their unfinished episodes (see harness/tables/orphans.py), and return the
         episodes they have finished, which the new worker replays without writing."""
         self.flush()
         finished = finished_episodes(self.run_dir, run_ids)

@@ -1,4 +1,4 @@
-"""Resume replays the episodes an interrupted run had finished (harness/tables/resume.py): for each of the
+"""Resume replays the episodes an interrupted run had finished (harness/driver/resume.py): for each of the
 new mechanisms, the state after a replayed prefix and the rest of the stream is exactly the state of
 an uninterrupted run (the kill -9 itself is tested end to end in tests/driver/test_resume.py)."""
 

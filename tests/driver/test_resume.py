@@ -10,7 +10,7 @@ import polars as pl
 import pyarrow.compute as pc
 import pytest
 
-from harness.tables.resume import drop_orphans, finished_episodes
+from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.writer import TableWriter
 from tests.processes import (
     kill_9,
@@ -126,7 +126,7 @@ def test_a_run_stopped_before_its_first_episode_was_written_leaves_no_calls_to_r
     """Calls sent in the first episodes, none of which finished, are interrupted calls on resume:
     the resumed run sends them again, and llm_calls must hold only the ones of written episodes."""
     from harness.agent_run.plan import build_plan
-    from harness.driver.preflight import resume_plan
+    from harness.driver.resume import plan_resume
     from tests.conftest import run_variant, scripted_settings
 
     run = run_variant("stream.num_tasks=2")
@@ -134,8 +134,8 @@ def test_a_run_stopped_before_its_first_episode_was_written_leaves_no_calls_to_r
     writer.append("llm_calls", run.rows["llm_calls"])  # no episode row: stopped before the first one
     writer.close()
     specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
-    resumed, resumes = resume_plan(specs, tmp_path)
-    assert resumes == 1 and all(not spec.finished for spec in resumed)
+    resume = plan_resume(specs, tmp_path)
+    assert resume.resumes == 1 and all(not spec.finished for spec in resume.specs)
     assert not list((tmp_path / "llm_calls").glob("*.parquet"))
     interrupted = pl.read_parquet(tmp_path / "interrupted_calls" / "*.parquet")
     assert sorted(interrupted["call_id"]) == sorted(row["call_id"] for row in run.rows["llm_calls"])
@@ -143,11 +143,12 @@ def test_a_run_stopped_before_its_first_episode_was_written_leaves_no_calls_to_r
 
 def test_a_fresh_directory_is_no_resume(tmp_path):
     from harness.agent_run.plan import build_plan
-    from harness.driver.preflight import resume_plan
+    from harness.driver.resume import plan_resume
     from tests.conftest import scripted_settings
 
     specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
-    assert resume_plan(specs, tmp_path) == (specs, 0)
+    resume = plan_resume(specs, tmp_path)
+    assert (resume.specs, resume.resumes, resume.described_runs) == (specs, 0, frozenset())
 
 
 def test_a_run_written_before_a_column_was_added_resumes_into_one_table_of_todays_schema(ray_session,

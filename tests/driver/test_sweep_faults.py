@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from harness.tables.resume import finished_episodes
+from harness.tables.orphans import finished_episodes
 from tests.processes import QUIET, kill_9, session_processes, start_cli, stop_session, wait_for
 
 SEEDS = [0, 1, 2]

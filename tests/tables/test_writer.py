@@ -14,9 +14,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.reading import count_rows, read_table
 from harness.tables.records import SCHEMA_VERSION, TABLES, LLMCall
-from harness.tables.resume import drop_orphans, finished_episodes
 from harness.tables.writer import COMPACTED, TableWriter, table_files
 
 

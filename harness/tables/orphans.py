@@ -1,15 +1,11 @@
-"""Resume: carry on a run in its own directory without losing or repeating a row.
+"""Which episodes a run directory has finished, and the rows of those it has not, set aside.
 
 An episode counts as done once its row is in the `episodes` table (the writer writes all of an
 episode's rows in one flush, episodes last, so a crash can leave rows of an unfinished episode in
-other tables but never the episode row without them). Resuming first sets such orphans aside, then
-re-runs each agent run that has unfinished episodes from the start: finished episodes are replayed
-to rebuild the agent's state (memory, tools, prompt) without being written again, and the rest are
-run and written. With the response cache on (the default), the replayed greedy calls are answered
-from disk, so they send nothing to the model.
-
-Orphan model calls were sent and may have been billed: they move to `interrupted_calls` rather than
-vanish, so the spend of a run is always the sum of `llm_calls` and `interrupted_calls`.
+other tables but never the episode row without them). Orphan model calls were sent and may have been
+billed: they move to `interrupted_calls` rather than vanish, so the spend of a run is always the sum
+of `llm_calls` and `interrupted_calls`. A resume (harness/driver/resume.py) and a restarted writer
+(harness/tables/writer.py `restart_runs`) both work so.
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""Resume: carry on a job in its own directory without losing or repeating a row.
+
+Planned once, under the run directory's lock, before anything starts: a crashed writer's leftovers
+are finished (harness/tables/writer.py `recover`), the rows of unfinished episodes set aside
+(harness/tables/orphans.py), and each agent run that has unfinished episodes is re-run from the
+start: its finished episodes are replayed to rebuild the agent's state (memory, tools, prompt)
+without being written again, and the rest are run and written. With the response cache on (the
+default), the replayed greedy calls are answered from disk, so they send nothing to the model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from harness.agent_run.plan import AgentRunSpec, episode_ids, expected_episodes
+from harness.config import ConfigError
+from harness.tables.orphans import drop_orphans, finished_episodes
+from harness.tables.reading import read_table
+from harness.tables.records import RunRow
+from harness.tables.writer import TableWriter, recover
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    specs: list[AgentRunSpec]
+    """The job's agent runs, each with the episodes already written (`finished`)."""
+    resumes: int = 0
+    """How many times the directory has now been resumed (0: a fresh directory)."""
+    described_runs: frozenset[str] = field(default_factory=frozenset)
+    """Agent runs the `runs` table already describes: a resume writes no second row for them."""
+
+
+def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
+    """The plan of a job in `run_dir`: a fresh one, or a resume of the episodes it already holds."""
+    planned = {spec.run_id: episode_ids(spec) for spec in specs}
+    recover(run_dir)  # a compaction a crash cut short must not show its rows twice
+    finished = finished_episodes(run_dir)
+    if finished and not finished & {eid for ids in planned.values() for eid in ids}:
+        raise ConfigError(f"invalid config: {run_dir} holds episodes of other runs (a different config); "
+                          "resume with the config that wrote them, or choose a new directory")
+    # Also when no episode finished: a run stopped during its first episodes leaves their calls.
+    dropped = drop_orphans(run_dir, finished)
+    if not finished and not dropped:
+        return ResumePlan(specs)
+    specs = [s.model_copy(update={"finished": sorted(set(planned[s.run_id]) & finished)}) for s in specs]
+    written = sum(len(s.finished) for s in specs)
+    left = sum(expected_episodes(s) - len(s.finished) for s in specs)
+    print(f"resuming in {run_dir}: {written} episodes already written, {left} to go"
+          + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
+    previous = run_dir / "manifest.json"
+    resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
+    described = read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list()
+    return ResumePlan(specs, resumes, frozenset(described))
+
+
+def close_finished(run_dir: Path) -> None:
+    """A resume with nothing left to run: leave the tables as a finished job does (every table a file,
+    the parts a killed writer left compacted)."""
+    TableWriter(run_dir).close()
