@@ -1,9 +1,10 @@
 """A job as Hydra composed it: validated, with what it knows of its Hydra job read at once, then run.
 
 `python -m harness` prepares its job and runs it on a pool of its own. The Ray sweep launcher
-(hydra_plugins/harness_ray_launcher) prepares every job of a sweep in turn, under each one's Hydra
-job (its directory, its `.hydra/`), and then runs them side by side on the sweep's one pool, each
-from a thread of its own, where Hydra's per-job config cannot be asked any more.
+(harness/driver/multirun.py, which Hydra reaches through hydra_plugins/harness_ray_launcher) prepares
+every job of a sweep in turn, under each one's Hydra job (its directory, its `.hydra/`), and then runs
+them side by side on the sweep's one pool, each from a thread of its own, where Hydra's per-job config
+cannot be asked any more.
 """
 
 from __future__ import annotations
