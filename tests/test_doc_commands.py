@@ -27,8 +27,9 @@ What is checked
   best_of_k's row): it passes when it holds with the defaults or with some option of the group its keys
   are in; when it holds with none, the option it got furthest with says why. A key named in prose exists
   in some option of its group (a key that only `+key=value` adds must be written so).
-- Another entry point (`python -m harness.report`, `.view`, `.evaluate`, `.bench`, `.bench.view`,
-  `.bench.sweep`, `.warm`): every `--flag` of the line, its comment included, is one that its `--help` lists;
+- Another entry point (`python -m harness.report`, `.view`, `.evaluate`, `.bench`, `.warm`): every `--flag`
+  of the line, its comment included, is one that its `--help` lists (`python -m harness.bench <name>`:
+  that measurement's `--help`);
   `harness.evaluate`'s `--views`, `--ood` and `--set` values are checked as it checks them.
 
 Placeholders
@@ -74,6 +75,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import harness.agent_run.plan as plan
+from harness.bench.cli import MEASUREMENTS
 from harness.config import ConfigError, HarnessConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +89,9 @@ SYNOPSIS_KEYS = {"key", "group", "option"}
 """Words that stand for any key in a synopsis (`-m key=a,b`, `group=option`)."""
 FIXTURES = {"tasks.jsonl": str(ROOT / "tests" / "data" / "sample_tasks.jsonl")}
 """Example files the docs name, and the real file each is checked with."""
-ENTRY_POINTS = ("harness.report", "harness.view", "harness.evaluate", "harness.bench", "harness.bench.view",
-                "harness.bench.sweep", "harness.warm")
+ENTRY_POINTS = ("harness.report", "harness.view", "harness.evaluate", "harness.bench", "harness.warm")
+BENCH_ENTRIES = tuple(f"harness.bench {name}" for name in MEASUREMENTS)
+"""`python -m harness.bench <name>`: each measurement's own flags."""
 HYDRA_FLAGS = {"-m": False, "--multirun": False, "--cfg": True, "-c": True, "--resolve": False,
                "--package": True, "-p": True, "--help": False, "-h": False, "--hydra-help": False}
 """Hydra's own flags the docs use, and whether each takes a value."""
@@ -396,10 +399,12 @@ def key_problem(key: str) -> str | None:
 
 
 @functools.cache
-def entry_point_help(module: str) -> str:
-    """What `python -m <module> --help` prints (run in this process: the imports are shared)."""
+def entry_point_help(entry: str) -> str:
+    """What `python -m <entry> --help` prints (`entry`: a module and any words before `--help`, as
+    `harness.bench sweep`; run in this process: the imports are shared)."""
+    module, *words = entry.split()
     out, argv = io.StringIO(), sys.argv
-    sys.argv = [module, "--help"]
+    sys.argv = [module, *words, "--help"]
     try:
         with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -409,21 +414,22 @@ def entry_point_help(module: str) -> str:
 
 
 @functools.cache
-def entry_point_flags(module: str) -> frozenset[str]:
-    """The flags `python -m <module> --help` lists in its usage line."""
-    usage = entry_point_help(module).split("\n\n")[0]
+def entry_point_flags(entry: str) -> frozenset[str]:
+    """The flags `python -m <entry> --help` lists in its usage line."""
+    usage = entry_point_help(entry).split("\n\n")[0]
     return frozenset(re.findall(r"(?<![\w-])--?[a-z][\w-]*", usage))
 
 
 def entry_point_problem(module: str, words: list[str], comment: str) -> str | None:
     if module not in ENTRY_POINTS:
         return f"no entry point python -m {module}"
+    entry = f"{module} {words[0]}" if words and f"{module} {words[0]}" in BENCH_ENTRIES else module
     flags = [w.partition("=")[0] for w in words if w.startswith("-")]
     flags += re.findall(r"(?<![\w-])--[a-z][\w-]*", comment)
-    unknown = [flag for flag in flags if flag not in entry_point_flags(module)]
+    unknown = [flag for flag in flags if flag not in entry_point_flags(entry)]
     if unknown:
-        known = ", ".join(sorted(entry_point_flags(module)))
-        return f"python -m {module} has no flag {unknown[0]} (its --help: {known})"
+        known = ", ".join(sorted(entry_point_flags(entry)))
+        return f"python -m {entry} has no flag {unknown[0]} (its --help: {known})"
     return evaluate_problem(words) if module == "harness.evaluate" else None
 
 
@@ -531,8 +537,7 @@ def test_the_help_lists_every_option_of_every_group_and_its_default_and_no_parts
     assert "$APP_CONFIG_GROUPS" not in text and "${" not in text
 
 
-@pytest.mark.parametrize("module", ["harness.report", "harness.view", "harness.evaluate", "harness.bench",
-                                    "harness.warm"])
+@pytest.mark.parametrize("module", [*ENTRY_POINTS, *BENCH_ENTRIES])
 def test_an_entry_points_help_says_whole_sentences_and_what_each_option_does(module):
     text = entry_point_help(module)
     description = " ".join(text.split("\n\n")[1].split())
@@ -615,3 +620,12 @@ def test_the_evaluations_values_are_checked_as_it_checks_them():
     assert "no such env" in entry_point_problem("harness.evaluate", ["DIR", "--ood", "env=mars"], "")
     assert "--views: no view odd" in entry_point_problem("harness.evaluate", ["DIR", "--views", "id,odd"], "")
     assert "existing key" in entry_point_problem("harness.evaluate", ["DIR", "--set", "budget.tokens=1"], "")
+
+
+def test_a_bench_measurement_is_checked_against_its_own_flags():
+    assert entry_point_problem("harness.bench", ["sweep", "--jobs", "1", "16", "--warm"], "") is None
+    assert entry_point_problem("harness.bench", ["--quick"], "# --skip-local-model") is None
+    assert "python -m harness.bench endpoint has no flag --jobs" in entry_point_problem(
+        "harness.bench", ["endpoint", "--jobs", "1"], "")
+    assert entry_point_problem("harness.bench.sweep", ["--jobs", "1"], "") == (
+        "no entry point python -m harness.bench.sweep")

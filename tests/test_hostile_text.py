@@ -11,7 +11,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from harness.bench.sweep import FakeChatServer
+from harness.bench.fake_chat import FakeChatServer
 from harness.errors import one_line
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest

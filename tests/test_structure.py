@@ -3,6 +3,7 @@ imports inside functions and under TYPE_CHECKING: agents and the harness meet in
 harness/agent_api.py, the harness builds agents by `_target_`, and envs/ imports neither."""
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -78,7 +79,7 @@ TABLE_READERS = ("read_parquet", "scan_parquet", "read_table", "ParquetFile", "d
 """Calls that read Parquet files: outside harness.tables, only through its `harness.tables.reading`."""
 READS_FILES_OF_ITS_OWN = {
     "harness.agent_run.snapshots": "a snapshot's memory file, not a table",
-    "harness.bench.view": "splits a compacted table into parts to stage a running job for the viewer",
+    "harness.bench.viewer_speed": "splits a compacted table into parts to stage a running job for the viewer",
     "envs.dataset": "a user's dataset file (how many rows a parquet holds), not a table",
 }
 
@@ -123,6 +124,65 @@ def test_only_harness_models_imports_litellm():
     importers = sorted(name for name, path in modules().items()
                        if any(i == "litellm" or i.startswith("litellm.") for i in imported_names(path)))
     assert importers and all(name.startswith(LITELLM_PACKAGE + ".") for name in importers), importers
+
+
+LOADERS_BY_NAME = {"import_module", "__import__", "get_class", "get_method", "get_object", "locate"}
+"""Calls that load a module or class by its dotted name (importlib, hydra.utils, pydoc)."""
+AGENTS_NAME = re.compile(r"agents(\.\w+)+(:\w+)?")
+"""A string that names a module or class of agents/ (`agents.memory_store`, `agents.memory:MemoryAgent`)."""
+
+
+def agents_loaded(path: Path) -> list[str]:
+    """Where a file reaches agents/ other than by a config's `_target_`, a line each: an import
+    statement (at the top, in a function or under TYPE_CHECKING), a call that loads `agents` or
+    `agents.<...>` by name (`importlib.import_module("agents.x")`, `__import__`, hydra's `get_class`),
+    or a string other than a docstring naming an agents module (`MODULE = "agents.x"`, loaded
+    elsewhere)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    found: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom) and _imports_agents(node):
+            found.setdefault(node.lineno, ast.unparse(node))
+        elif isinstance(node, ast.Call) and node.args and _called(node) in LOADERS_BY_NAME:
+            name = node.args[0]
+            first = name.values[0] if isinstance(name, ast.JoinedStr) and name.values else name
+            if isinstance(first, ast.Constant) and str(first.value).split(".")[0].split(":")[0] == "agents":
+                found.setdefault(node.lineno, ast.unparse(node))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+              and AGENTS_NAME.fullmatch(node.value.strip())):
+            found.setdefault(node.lineno, repr(node.value))
+    return [f"line {line}: {what}" for line, what in sorted(found.items())]
+
+
+def _imports_agents(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and (node.module or "").split(".")[0] == "agents"
+    return any(alias.name.split(".")[0] == "agents" for alias in node.names)
+
+
+def _called(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def test_the_harness_never_imports_agents_not_even_by_name():
+    found = {name: lines for name, path in modules().items()
+             if name.split(".")[0] in ("harness", "hydra_plugins") and (lines := agents_loaded(path))}
+    assert found == {}, "the harness builds agents by the config's _target_ alone (harness.agent_run.plan)"
+
+
+def test_the_agents_check_sees_every_way_of_naming_them(tmp_path):
+    code = tmp_path / "code.py"
+    code.write_text('"""Built by `agents.memory` as its docstring says: not a load."""\n'
+                    "import importlib\nimport agents.memory_store\nfrom agents import base\n"
+                    "def lazy():\n    from agents.memory import MemoryAgent\n"
+                    "importlib.import_module('agents.memory_store')\n__import__('agents')\n"
+                    "importlib.import_module(f'agents.{lazy}')\nMODULE = 'agents.memory_store'\n"
+                    "importlib.import_module('harness.agents_like')\nPATH = 'agents/memory_store.py'\n")
+    lines = [int(found.split(":")[0].removeprefix("line ")) for found in agents_loaded(code)]
+    assert lines == [3, 4, 6, 7, 8, 9, 10]
 
 
 def test_agents_meet_the_harness_only_through_the_contract():

@@ -1,8 +1,11 @@
-"""`python -m harness.bench`: the harness measured side by side, never by timed tests.
+"""`python -m harness.bench [measurement]`: the harness measured side by side, never by timed tests.
 
-`measures` holds the benchmarks of the harness itself (throughput, gateway overhead, memory
-retrieval, the local model's tokens; its `main` is the command); `endpoint` (`python -m harness.bench
-endpoint`) the CPU of an outside agent's call through the run's OpenAI-compatible endpoint against a
-native call; `sweep` (`python -m harness.bench.sweep`) measures a sweep through the CLI against a
-local HTTP model; `view` (`python -m harness.bench.view`) the viewer at any size.
+One command (cli.py): with no measurement named, sections 1 to 7 of the harness's own cost
+(sections.py, one module each: throughput.py, gateway_overhead.py, retrieval.py, local_model.py,
+grown_memory.py, sweep.py); named, one measurement alone: `sweep`, `versus` (against inspect_ai),
+`endpoint` (endpoint_cost.py: an outside agent's call through the run's endpoint), `calibration` (the
+report's verdicts against a known truth), `viewer` (viewer_speed.py: the viewer at any size). What
+they share: meter.py, the one process meter; fake_chat.py, the HTTP model; commands.py, one command
+line measured whole; memory_variant.py, variant=memory's memory built by its `_target_`; common.py,
+the config, timestamps and the markdown table.
 """

@@ -1,7 +1,7 @@
-"""`python -m harness.bench`: see harness/bench/measures.py."""
+"""`python -m harness.bench`: see harness/bench/cli.py."""
 
 import sys
 
-from harness.bench.measures import main
+from harness.bench.cli import main
 
 sys.exit(main())

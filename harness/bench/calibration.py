@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from harness.bench.common import table
 from harness.report.compare import paired_comparisons
 from harness.report.stats import (
     VarianceSplit,
@@ -239,7 +240,7 @@ def calibrate(runs: int, sd: float, experiments: int, tasks: int = 50, seed: int
 
 def proportion(successes: int, trials: int) -> tuple[float, float, float]:
     """The rate and its 95% Clopper-Pearson interval."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # lazy, as in harness/report/stats.py: seconds to import
 
     if trials == 0:
         return float("nan"), float("nan"), float("nan")
@@ -252,21 +253,17 @@ def _rate(successes: int, trials: int) -> str:
     return f"{rate:.3f} [{low:.3f}, {high:.3f}]" if trials else ""
 
 
-def table(rows: list[Row]) -> str:
-    """One markdown line per row: the A/A false-positive rate of `resolved` and of the episode-level McNemar
+def cells(rows: list[Row]) -> list[dict[str, str]]:
+    """One table row per row: the A/A false-positive rate of `resolved` and of the episode-level McNemar
     test, the A/B power against the planning line's promise, and the coverage of the baseline's interval."""
-    header = ["runs", "sd", "experiments", "A/A resolved [95% CI]", "A/A p_episodes < 0.05",
-              "A/B effect, logit (true difference)", "power observed [95% CI]", "promised: pilot split",
-              "promised: true split", "coverage [95% CI]"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        cells = [str(row.runs), f"{row.sd:g}", str(row.experiments), _rate(row.aa_resolved, row.experiments),
-                 f"{row.aa_episodes / row.experiments:.3f}",
-                 f"{row.effect:+.2f} ({row.true_difference:+.3f})", _rate(row.ab_resolved, row.experiments),
-                 f"{row.promised_pilot:.3f}", f"{row.promised_true:.3f}",
-                 _rate(row.covered, row.coverage_runs)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return [{"runs": str(row.runs), "sd": f"{row.sd:g}", "experiments": str(row.experiments),
+             "A/A resolved [95% CI]": _rate(row.aa_resolved, row.experiments),
+             "A/A p_episodes < 0.05": f"{row.aa_episodes / row.experiments:.3f}",
+             "A/B effect, logit (true difference)": f"{row.effect:+.2f} ({row.true_difference:+.3f})",
+             "power observed [95% CI]": _rate(row.ab_resolved, row.experiments),
+             "promised: pilot split": f"{row.promised_pilot:.3f}",
+             "promised: true split": f"{row.promised_true:.3f}",
+             "coverage [95% CI]": _rate(row.covered, row.coverage_runs)} for row in rows]
 
 
 # ----- the command -----
@@ -316,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = [_calibrate(call) for call in calls]
     print(f"\n## Calibration of the report's verdicts: {args.experiments} A/A and A/B experiments per row, "
           f"{args.tasks} tasks per run\n")
-    print(table(rows))
+    print(table(cells(rows)))
     print(NOTE.format(alpha=ALPHA, power=PLANNED_POWER, fewest=runs_to_reach(ALPHA)))
     slowest = max(rows, key=lambda row: row.seconds)
     print(f"\nslowest row: {slowest.runs} runs, sd {slowest.sd:g}: {slowest.seconds:.0f} s "
@@ -338,11 +335,11 @@ class KnownTruthAgent:
     the run of arm `arm` with seed `seed` draws its quality q ~ N(0, sd) once; each task's ease ~ N(0, 1) is
     drawn from the task's question (the same for every run); the task is solved, its code word read from the
     question and replied, with probability sigmoid(ease + q + effect), else a wrong word. One model call per
-    task, so the run is billed like any other. Tasks: `python -m harness.bench calibration --write-tasks`."""
+    task, so the run is billed like any other. Tasks: `write_tasks` (docs/bench.md shows the commands)."""
 
     def __init__(self, llm: Any, workdir: str, seed: int, arm: str = "a", sd: float = 1.0,
                  effect: float = 0.0) -> None:
-        from openai import OpenAI
+        from openai import OpenAI  # lazy: seconds to import, and only an outside agent's client
 
         self.client, self.model = OpenAI(base_url=llm.base_url, api_key=llm.api_key), llm.model
         self.quality = sd * _normal(f"{arm}/{seed}")
@@ -362,7 +359,7 @@ def _uniform(key: str) -> float:
 
 
 def _normal(key: str) -> float:
-    from scipy.stats import norm
+    from scipy.stats import norm  # lazy, as in harness/report/stats.py: seconds to import
 
     return float(norm.ppf(min(max(_uniform(key), 1e-12), 1 - 1e-12)))
 

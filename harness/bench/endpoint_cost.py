@@ -6,7 +6,7 @@ the same reply and usage (`InstantGateway`), so the model and the gateway cost n
 both sides; what is left is the calling:
 
 - native: `await llm.complete(messages)` on the run's event loop, as a native agent calls;
-- endpoint: the `openai` SDK's `OpenAI` client against a started `ModelEndpoint`
+- endpoint: the `openai` SDK's `OpenAI` client against a started `HttpEndpoint`
   (harness/agent_run/endpoint.py), from a thread of its own, as agents/external.py runs an outside
   agent's sync `solve` (one executor job per round: a solve making many calls);
 - endpoint, stream: the same with `stream=True`, every chunk read. The SDK closes a stream's
@@ -34,7 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent_run.endpoint import ModelEndpoint
+from harness.agent_run.endpoint import HttpEndpoint
+from harness.bench.common import table
 from harness.clock import utc_now
 from harness.models.model_client import AgentModelClient, CallRequest, CallResult
 from harness.tables.records import LLMCall
@@ -102,11 +103,11 @@ async def timed_round(side: Side, calls: int) -> dict[str, float]:
 
 async def measure(calls: int, rounds: int) -> list[Side]:
     """Every side, `calls` calls a round, `rounds` rounds interleaved (after a warm-up round)."""
-    from openai import AsyncOpenAI, OpenAI
+    from openai import AsyncOpenAI, OpenAI  # lazy: seconds to import, and only this measurement's
 
     gateway = InstantGateway()
     llm = AgentModelClient(gateway, MODEL, run_id="bench")
-    endpoint = await ModelEndpoint(llm).start()
+    endpoint = await HttpEndpoint(llm).start()
     thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="outside-agent")
     sync = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
     in_loop = AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
@@ -190,14 +191,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--calls", type=int, default=100, help="calls per side in each round (default 100)")
     parser.add_argument("--rounds", type=int, default=10, help="rounds, every side once in each (default 10)")
     return parser
-
-
-def table(result: list[dict[str, Any]]) -> str:
-    import polars as pl
-
-    from harness.report.parts import markdown
-
-    return markdown(pl.DataFrame(result))
 
 
 def main(argv: list[str] | None = None) -> None:

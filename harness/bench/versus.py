@@ -2,7 +2,7 @@
 
 Both run as the user would run them, as whole commands in process sessions of their own (every
 process they start is measured: a local Ray's too), against one `FakeChatServer`
-(harness/bench/sweep.py) that answers every chat request after a fixed latency:
+(harness/bench/fake_chat.py) that answers every chat request after a fixed latency:
 
 - the harness: `python -m harness variant=baseline seeds=[0..N-1] stream.num_tasks=C` (N agent runs
   of C tasks, one model call each), on `model=litellm model.name=openai/fake model.api_base=...`,
@@ -30,16 +30,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.bench.sweep import (
-    MODEL,
-    Measured,
-    ServerProcess,
-    WarmPoolProcess,
-    _model_overrides,
-    measure,
-    read_results,
-    table,
-)
+from harness.bench.commands import Measured, WarmPoolProcess, fake_model_overrides, measure
+from harness.bench.common import table
+from harness.bench.fake_chat import MODEL, ServerProcess
+from harness.bench.sweep import read_results
 from harness.driver.startup import STAGES
 
 INSTALL = "pip install inspect-ai  (or: pip install -e '.[inspect]')"
@@ -78,7 +72,7 @@ def inspect_available() -> bool:
 
 
 def harness_argv(server: ServerProcess, runs: int, calls: int, cap: int, out: Path) -> list[str]:
-    return [sys.executable, "-m", "harness", *_model_overrides(server, calls, cap),
+    return [sys.executable, "-m", "harness", *fake_model_overrides(server, calls, cap),
             f"seeds=[{','.join(str(seed) for seed in range(runs))}]", f"hydra.run.dir={out}"]
 
 
@@ -157,7 +151,7 @@ def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str,
 
 def parser() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(prog="python -m harness.bench versus",
-                                      description=__doc__.split("\n")[0])
+                                      description=__doc__.split("\n")[0].replace("`", ""))
     options.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
                          help="concurrent agent runs (inspect_ai samples), one row each (default: 1 64 256)")
     options.add_argument("--calls", type=int, default=50, help="model calls per agent run (default: 50)")

@@ -1,4 +1,4 @@
-"""`python -m harness.bench.view`: the viewer (python -m harness.view) at any size.
+"""`python -m harness.bench viewer`: the viewer (python -m harness.view) at any size.
 
 Writes a synthetic sweep with `--rows` transcripts rows (default 1,000,000) and as many llm_calls
 rows, across `--jobs` job directories, laid out as the writer leaves a finished job (one compacted
@@ -453,26 +453,31 @@ def measure(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.view", description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="transcripts rows in all (default 1M)")
-    parser.add_argument("--jobs", type=int, default=4, help="job directories of the sweep (default 4)")
-    parser.add_argument("--calls-per-episode", type=int, default=10,
+def parser() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(prog="python -m harness.bench viewer",
+                                      description=__doc__.splitlines()[0].replace("`", ""))
+    options.add_argument("--rows", type=int, default=1_000_000, help="transcripts rows in all (default 1M)")
+    options.add_argument("--jobs", type=int, default=4, help="job directories of the sweep (default 4)")
+    options.add_argument("--calls-per-episode", type=int, default=10,
                         help="llm_calls (and transcripts) rows written per episode (default 10)")
-    parser.add_argument(
+    options.add_argument(
         "--dir",
         type=Path,
         default=None,
         help="where to write the sweep (default: a temporary directory, removed after)",
     )
-    parser.add_argument(
+    options.add_argument(
         "--live-parts",
         type=int,
         default=0,
         help="split each job's growing tables into this "
         "many part files, as a job still writing leaves them (default 0: finished jobs)",
     )
-    args = parser.parse_args(argv)
+    return options
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-view-"))
     try:
         started = time.perf_counter()
@@ -508,8 +513,3 @@ def main(argv: list[str] | None = None) -> int:
         f"{TARGET_S * 1000:.0f} ms); viewer peak RSS {peak:.0f} MB (target {TARGET_RSS_MB} MB): "
         + ("both hold" if max(first_page, episode) <= TARGET_S and peak < TARGET_RSS_MB else "MISSED")
     )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

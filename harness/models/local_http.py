@@ -1,6 +1,6 @@
 """`LocalHttpServer`: an aiohttp app served on 127.0.0.1 from a daemon thread of this process, the
 common part of the local HTTP models that the bench and the tests point litellm at
-(`harness.bench.sweep.FakeChatServer`, `harness.models.wire_server.WireServer`)."""
+(`harness.bench.fake_chat.FakeChatServer`, `harness.models.wire_server.WireServer`)."""
 
 from __future__ import annotations
 

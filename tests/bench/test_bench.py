@@ -1,24 +1,15 @@
 """The benchmark's parts run and report what they claim to (speed itself is for the bench to print)."""
 
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
-from harness.bench.measures import (
-    ProcessMeter,
-    gateway_overhead,
-    grown_memory,
-    local_model_tokens,
-    numpy_top_k,
-    retrieval,
-    table,
-    throughput,
-)
-
-BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
+from harness.bench.common import table
+from harness.bench.gateway_overhead import gateway_overhead
+from harness.bench.grown_memory import grown_memory
+from harness.bench.local_model import local_model_tokens
+from harness.bench.retrieval import numpy_top_k, retrieval
+from harness.bench.throughput import throughput
 
 
 def test_numpy_top_k_is_the_exact_top_k_by_cosine_best_first():
@@ -48,25 +39,7 @@ def test_a_memory_grown_write_by_write_is_compared_with_one_written_in_one_go_an
     assert table([row]).splitlines()[0].startswith("| lessons | grown p50 ms |")
 
 
-def test_the_process_meter_counts_its_own_process_tree_even_children_that_exited(tmp_path):
-    done = tmp_path / "orphan-done"
-    with ProcessMeter() as meter:
-        started = time.time()
-        subprocess.run([sys.executable, "-c", BURN.format(s=0.5)], check=True)  # exits before the meter
-        burnt = time.time()
-        # Not ours, though its command line says "ray::": a process the shell left behind, which init
-        # (or another subreaper) adopts once the shell exits.
-        subprocess.run(["sh", "-c", f"{sys.executable} -c '# ray::IDLE\n{BURN.format(s=0.5)}"
-                        f"open(\"{done}\", \"w\").close()' &"], check=True)
-        deadline = time.monotonic() + 30
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-    assert done.exists()
-    assert 0.4 <= meter.cpu_s < 0.9
-    assert 0.4 <= meter.cpu_between(started, burnt) < 0.9
-    assert meter.peak_rss > 0
-
-
+@pytest.mark.slow
 def test_throughput_reports_cpu_per_model_call_and_the_extra_setting(ray_session):
     [row] = throughput([2], tasks_per_run=2, latency=0.1, extra=("stream.num_tasks=3",))
     assert row["setting"] == "stream.num_tasks=3"
@@ -76,6 +49,7 @@ def test_throughput_reports_cpu_per_model_call_and_the_extra_setting(ray_session
     assert table([row]).splitlines()[0].startswith("| setting | agent runs |")
 
 
+@pytest.mark.slow
 def test_gateway_overhead_is_measured_against_litellm_direct_and_with_shared_limits(ray_session):
     result = gateway_overhead(5)
     assert result["gateway overhead p50 ms"] == result["gateway in-process p50 ms"] - result[

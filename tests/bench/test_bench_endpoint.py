@@ -1,6 +1,6 @@
 """`python -m harness.bench endpoint` runs and prints what it claims (the speed is for the bench to print)."""
 
-from harness.bench.measures import main
+from harness.bench.cli import main
 
 SIDES = ["native", "endpoint", "endpoint, stream", "endpoint, async"]
 

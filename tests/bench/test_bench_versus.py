@@ -4,9 +4,10 @@ without inspect_ai it says how to install it and measures the harness alone."""
 import pytest
 
 from harness.bench import versus
-from harness.bench.sweep import ServerProcess
+from harness.bench.fake_chat import ServerProcess
 
 
+@pytest.mark.slow
 def test_without_inspect_ai_the_harness_is_measured_alone_and_the_install_is_named(monkeypatch, capsys,
                                                                                     tmp_path):
     monkeypatch.setattr(versus, "inspect_available", lambda: False)
@@ -23,6 +24,7 @@ def test_without_inspect_ai_the_harness_is_measured_alone_and_the_install_is_nam
     assert 0 < stages[0] < stages[1] < stages[2] <= stages[3] < row["first_call_s"], row
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not versus.inspect_available(),
                     reason="inspect_ai is not installed (pip install -e '.[inspect]')")
 def test_inspect_ai_reaches_the_same_model_with_the_same_calls(tmp_path):

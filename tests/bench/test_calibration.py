@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from harness.bench import calibration
-from harness.bench.measures import main as bench_main
+from harness.bench.cli import main as bench_main
 from harness.report.compare import paired_comparisons
 
 

@@ -137,7 +137,7 @@ def test_calls_litellm_would_send_otherwise_go_through_litellm():
 
 
 def test_a_reply_slower_than_the_timeout_is_litellms_timeout_retried_as_it_is():
-    from harness.bench.sweep import FakeChatServer
+    from harness.bench.fake_chat import FakeChatServer
 
     with FakeChatServer(latency_s=2.0) as slow:
         settings = model("openai/fake", slow.api_base, timeout_s=0.3, max_retries=1)

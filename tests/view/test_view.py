@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.agent_run.plan import build_plan
-from harness.bench.view import generate, measure
+from harness.bench.viewer_speed import generate, measure
 from harness.report.build import main_table
 from harness.tables.reading import read_tables
 from harness.tables.records import RunRow
