@@ -310,9 +310,9 @@ class ModelSettings(EndpointSettings):
 class StreamSettings(_Strict):
     scenario: str = Field(min_length=1)
     num_tasks: int | None = Field(gt=0)
-    """None: the whole evaluation pool, at most `harness.agent_run.plan.DEFAULT_NUM_TASKS`."""
+    """None: the whole evaluation pool, at most `harness.agent_run.tasks.DEFAULT_NUM_TASKS`."""
     tuning_size: int | None = Field(ge=0)
-    """None: a fifth of the pool, at most `harness.agent_run.plan.DEFAULT_TUNING_SIZE`."""
+    """None: a fifth of the pool, at most `harness.agent_run.tasks.DEFAULT_TUNING_SIZE`."""
     order_seeds: list[int] | None = Field(min_length=1)
     probe_every: int = Field(ge=0)
     probe_size: int = Field(gt=0)

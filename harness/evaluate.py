@@ -29,8 +29,11 @@ from omegaconf import OmegaConf
 
 from envs.base import Task
 from harness import extras
-from harness.agent_run.plan import AgentRunSpec, build_plan, env_families, resolve_defaults, task_pool
+from harness.agent_run.components import env_families
+from harness.agent_run.plan import build_plan
+from harness.agent_run.spec import AgentRunSpec
 from harness.agent_run.streams import sample_tasks
+from harness.agent_run.tasks import resolve_defaults, task_pool
 from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
 from harness.errors import one_line
 from harness.exit_codes import EXPECTED_ERRORS, exit_for

@@ -87,7 +87,7 @@ def check(settings: HarnessConfig) -> None:
 
 def needed(settings: HarnessConfig) -> list[tuple[str, Extra, str]]:
     """What the job's choices need beyond the core: (who needs it, the extra, the other way out)."""
-    from harness.agent_run.plan import uses_embedder
+    from harness.agent_run.components import uses_embedder
     from harness.models.minilm import MINILM_PREFIX
 
     found: list[tuple[str, Extra, str]] = []

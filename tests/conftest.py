@@ -22,8 +22,10 @@ from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
 from harness.agent_api import Recorder
-from harness.agent_run.plan import build_environment, build_plan, episode_ids
+from harness.agent_run.components import build_environment
+from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import RunOutcome, run_agent
+from harness.agent_run.spec import episode_ids
 from harness.config import HarnessConfig
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest, CallResult

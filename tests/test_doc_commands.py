@@ -74,7 +74,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import harness.agent_run.components as components
 import harness.agent_run.plan as plan
+import harness.agent_run.tasks as tasks
 from harness.bench.cli import MEASUREMENTS
 from harness.config import ConfigError, HarnessConfig
 
@@ -272,7 +274,7 @@ def compose_job(overrides: tuple[str, ...]) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
 
 
-_REAL_TASK_POOL = plan.task_pool
+_REAL_TASK_POOL = tasks.task_pool
 
 
 @functools.cache
@@ -283,11 +285,11 @@ def _task_pool(env_cfg: str, tuning_size: int | None) -> tuple[list, list]:
 @contextlib.contextmanager
 def tasks_built_once() -> Iterator[None]:
     """An env's tasks built once per env config for all the checks (some envs take seconds)."""
-    plan.task_pool = lambda cfg, size: _task_pool(json.dumps(cfg, sort_keys=True), size)  # type: ignore[assignment]
+    tasks.task_pool = lambda cfg, size: _task_pool(json.dumps(cfg, sort_keys=True), size)  # type: ignore[assignment]
     try:
         yield
     finally:
-        plan.task_pool = _REAL_TASK_POOL
+        tasks.task_pool = _REAL_TASK_POOL
 
 
 def remote_model_problems(settings: HarnessConfig) -> None:
@@ -447,9 +449,9 @@ def evaluate_problem(words: list[str]) -> str | None:
             if wrong:
                 return f"--views: no view {sorted(wrong)[0]} (views: {', '.join(VIEWS)})"
         for ood in values["--ood"]:
-            env = plan.env_families(ood_env(settings, ood), settings.stream.scenario)
+            env = components.env_families(ood_env(settings, ood), settings.stream.scenario)
             with tasks_built_once():
-                plan.task_pool(env.instantiable(), 0)
+                tasks.task_pool(env.instantiable(), 0)
         for change in values["--set"]:
             if not placeholder_in(change):
                 _with_changes(settings, [change])

@@ -18,10 +18,11 @@ from pydantic import BaseModel, ConfigDict
 from envs.base import EnvEpisode, Environment
 from harness.agent_api import Agent, AgentContext, Guard, Judge, ModelClient, ModelEndpoint, Recorder
 from harness.agent_run.checks import EpisodeChecks
+from harness.agent_run.components import instantiate_component
 from harness.agent_run.gate import SealedGate
-from harness.agent_run.plan import AgentRunSpec, instantiate_component
 from harness.agent_run.reference_free_judge import ReferenceFreeJudge
 from harness.agent_run.safety_check import SafetyChecker
+from harness.agent_run.spec import AgentRunSpec
 from harness.config import ConfigError
 
 

@@ -34,8 +34,8 @@ from harness.agent_api import (
 from harness.agent_run.assembly import build_agent, build_judge, split_options
 from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.endpoint import RunEndpoint
-from harness.agent_run.plan import AgentRunSpec, episode_id, probe_points
 from harness.agent_run.snapshots import load_snapshot, save_snapshot
+from harness.agent_run.spec import AgentRunSpec, episode_id, probe_points
 from harness.clock import utc_now
 from harness.errors import DiskFull, disk_full, is_disk_full, one_line
 from harness.models.model_client import (

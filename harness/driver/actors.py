@@ -24,8 +24,9 @@ import ray
 from pydantic import BaseModel
 
 from envs.base import Environment
-from harness.agent_run.plan import AgentRunSpec, build_environment, episode_ids
+from harness.agent_run.components import build_environment
 from harness.agent_run.runner import RunOutcome, run_agent
+from harness.agent_run.spec import AgentRunSpec, episode_ids
 from harness.config import EndpointSettings, HarnessConfig
 from harness.driver.metrics import JobLabels, MetricsExporter
 from harness.driver.preflight import CheckedParams, check_models

@@ -21,8 +21,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from tqdm import tqdm
 
-from harness.agent_run.plan import AgentRunSpec, expected_episodes, models_in_use
+from harness.agent_run.components import models_in_use
 from harness.agent_run.runner import RunOutcome
+from harness.agent_run.spec import AgentRunSpec, expected_episodes
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport

@@ -20,8 +20,8 @@ from typing import Any
 from hydra.utils import get_class
 
 from envs.base import Environment
-from harness.agent_run.plan import AgentRunSpec
 from harness.agent_run.runner import RunOutcome
+from harness.agent_run.spec import AgentRunSpec
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.driver.signals import stop_reason

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.agent_run.plan import AgentRunSpec, expected_episodes
+from harness.agent_run.spec import AgentRunSpec, expected_episodes
 from harness.tables.records import Episode, GateEventRow, LLMCall, SafetyEventRow
 
 EXPORT_INTERVAL_S = 1.0

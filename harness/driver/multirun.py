@@ -33,7 +33,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from harness import extras
-from harness.agent_run.plan import models_in_use
+from harness.agent_run.components import models_in_use
 from harness.config import ConfigError, EndpointSettings, HarnessConfig
 from harness.driver import startup
 from harness.driver.lock import exclusive

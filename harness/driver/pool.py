@@ -26,7 +26,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from harness.agent_run.plan import AgentRunSpec
+from harness.agent_run.spec import AgentRunSpec
 from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
 from harness.driver import signals
 from harness.driver.actors import AgentWorker, WriterHub

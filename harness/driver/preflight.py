@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.agent_run.plan import AgentRunSpec
 from harness.agent_run.runner import build_agent
+from harness.agent_run.spec import AgentRunSpec
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
 from harness.errors import one_line
 from harness.models.model_client import AgentModelClient

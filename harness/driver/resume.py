@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from harness.agent_run.plan import AgentRunSpec, episode_ids, expected_episodes
+from harness.agent_run.spec import AgentRunSpec, episode_ids, expected_episodes
 from harness.config import ConfigError
 from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.reading import read_table

@@ -22,8 +22,9 @@ from typing import Any
 
 import polars as pl
 
-from harness.agent_run.plan import AgentRunSpec, build_plan
+from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import RunOutcome
+from harness.agent_run.spec import AgentRunSpec
 from harness.config import HarnessConfig
 from harness.driver import startup
 from harness.driver.execute import JobIdentity, execute

@@ -22,7 +22,8 @@ import ray
 from hydra.core.hydra_config import HydraConfig
 
 from harness import USER_SET, harness_env
-from harness.agent_run.plan import AgentRunSpec, models_in_use
+from harness.agent_run.components import models_in_use
+from harness.agent_run.spec import AgentRunSpec
 from harness.config import ConfigError, EndpointSettings, HarnessConfig, RaySettings
 from harness.driver import signals, startup
 from harness.driver.pool import AgentPool, serve_models, start_workers

@@ -5,7 +5,8 @@ import asyncio
 
 import pytest
 
-from harness.agent_run.plan import build_plan, models_in_use
+from harness.agent_run.components import models_in_use
+from harness.agent_run.plan import build_plan
 from harness.models.model_client import AgentModelClient
 from tests.conftest import scripted_settings
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import polars as pl
 
 from harness.agent_run.assembly import build_agent
-from harness.agent_run.plan import build_environment, build_plan
+from harness.agent_run.components import build_environment
+from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import run_agent
 from harness.config import CacheSettings
 from harness.models.gateway import Gateway

@@ -3,7 +3,8 @@
 import pytest
 
 from envs.base import Task
-from harness.agent_run.plan import build_plan, check_disjoint
+from harness.agent_run.plan import build_plan
+from harness.agent_run.tasks import check_disjoint
 from harness.config import ConfigError
 from tests.conftest import run_variant, scripted_settings
 

@@ -13,7 +13,8 @@ import pytest
 from envs.base import Task
 from envs.dataset import DatasetTasks
 from envs.scorers import Scorer, Verdict
-from harness.agent_run.plan import build_environment, build_plan
+from harness.agent_run.components import build_environment
+from harness.agent_run.plan import build_plan
 from harness.config import ConfigError
 from tests.conftest import run_variant, scripted_settings
 from tests.processes import run_cli

@@ -18,7 +18,8 @@ import litellm
 import polars as pl
 import pytest
 
-from harness.agent_run.plan import build_environment, build_plan
+from harness.agent_run.components import build_environment
+from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import run_agent
 from harness.config import ConfigError, HarnessConfig
 from harness.driver.preflight import check_models

@@ -29,7 +29,7 @@ from harness.tables.reading import read_tables
 from harness.tables.records import RunRow
 from harness.tables.summary import label_runs
 from harness.tables.writer import TableWriter
-from harness.view import parts as view_parts
+from harness.view import part_chunks
 from harness.view import queries as view_queries
 from harness.view.app import main, serve, url_of
 from harness.view.queries import EpisodeFilter, list_episodes, runs_overview
@@ -354,7 +354,7 @@ def test_the_bench_writes_a_sweep_the_harness_reads_and_measures_every_page(tmp_
 
 
 def test_a_running_jobs_many_part_files_are_read_through_the_viewers_chunks(sweep, tmp_path, monkeypatch):
-    monkeypatch.setattr(view_parts, "CHUNK_PARTS", 3)
+    monkeypatch.setattr(part_chunks, "CHUNK_PARTS", 3)
     rows = sweep.rows["baseline"]
     writer = write_job(tmp_path / "0", (*JOBS["baseline"], *COMMON), 0, {}, status="running", close=False)
     for episode in rows["episodes"]:  # one part per table and episode, as a slow job flushes them
