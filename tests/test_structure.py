@@ -218,3 +218,25 @@ def test_no_function_is_longer_than_60_lines():
                 if lines > MAX_FUNCTION_LINES:
                     too_long.append(f"{name}.{node.name} (line {node.lineno}): {lines} lines")
     assert too_long == [], "split into named steps: " + "; ".join(too_long)
+
+
+SHARED_MODULE_NAMES = {"__init__", "__main__", "base"}
+"""Module names that several packages may use: the package itself, its command, and its base classes
+(agents/base.py the agents', envs/base.py the environments')."""
+
+
+def test_a_module_name_means_one_module_across_the_packages():
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for name, path in modules().items():
+        if path.stem not in SHARED_MODULE_NAMES:
+            by_name[path.stem].append(name)
+    assert {stem: found for stem, found in by_name.items() if len(found) > 1} == {}
+
+
+def test_a_class_name_means_one_class_across_the_packages():
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                by_name[node.name].append(name)
+    assert {cls: found for cls, found in by_name.items() if len(found) > 1} == {}

@@ -20,7 +20,7 @@ PAGE_SIZE = 50
 """Episodes per page of the episodes list."""
 
 
-def known_sum(column: str, condition: str = "true") -> str:
+def known_sum_sql(column: str, condition: str = "true") -> str:
     """SQL for a sum of dollars (or any count that may be unknown) over the rows meeting `condition`:
     null as soon as one of them is unknown, never the sum of the known part (harness/tables/costs.py)."""
     rows = f"FILTER (WHERE {condition})"
@@ -64,7 +64,7 @@ def written_figures(store: Store, dirs: Sequence[RunDir]) -> dict[str, dict[str,
                count(*) FILTER (WHERE probe) AS probes,
                avg(success::INT) FILTER (WHERE NOT probe AND attempted) AS success_rate,
                sum(total_tokens) FILTER (WHERE NOT probe) AS total_tokens,
-               {known_sum("cost_usd", "NOT probe")} AS cost_usd,
+               {known_sum_sql("cost_usd", "NOT probe")} AS cost_usd,
                count(*) FILTER (WHERE NOT probe AND attempted AND error IS NOT NULL) AS errors,
                max(finished_at) AS last_episode_at
         FROM {store.scan("episodes", dirs)} GROUP BY run_dir, run_id"""

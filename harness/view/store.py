@@ -80,7 +80,7 @@ def null_column(field: pa.Field) -> str:
     return f'CAST(NULL AS {_DUCK_TYPES[field.type]}) AS "{field.name}"'
 
 
-def find_run_dirs(roots: Sequence[Path]) -> list[RunDir]:
+def keyed_run_dirs(roots: Sequence[Path]) -> list[RunDir]:
     """Every run directory below the roots (harness.tables.reading.run_directories), keyed by its path
     relative to its root (prefixed `i:` when there are several roots)."""
     found: list[RunDir] = []
@@ -97,7 +97,7 @@ def check_roots(roots: Sequence[Path]) -> None:
     for root in roots:
         if not root.is_dir():
             raise ViewError(f"{root}: no such directory")
-        if not find_run_dirs([root]):
+        if not keyed_run_dirs([root]):
             raise ViewError(f"{root}: holds no harness run (no manifest.json or episodes/ below it)")
 
 
@@ -120,7 +120,7 @@ class Store:
         weakref.finalize(self, self._merger.close)  # its temporary chunks go with the store
 
     def run_dirs(self, keys: Iterable[str] | None = None) -> list[RunDir]:
-        found = find_run_dirs(self.roots)
+        found = keyed_run_dirs(self.roots)
         if keys is None:
             return found
         wanted = set(keys)
