@@ -16,7 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from harness.agent_run.plan import build_environment, build_plan
+from harness.agent_run.components import build_environment
+from harness.agent_run.plan import build_plan
 from harness.bench.common import bench_settings
 from harness.config import HarnessConfig, endpoint_key
 from harness.models.gateway import Gateway
