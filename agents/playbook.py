@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agents.base import BaseAgent, require_placeholders
-from agents.memory_store import compact_table, cosine
+from agents.vectors import compact_table, cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import AgentContext, Attempt, Feedback, GateKind, Opening, PlaybookEventRow, Render
 

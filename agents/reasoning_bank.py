@@ -40,7 +40,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents.base import BaseAgent, require_placeholders
-from agents.memory_store import EpisodicMemory, cosine
+from agents.memory_store import EpisodicMemory
+from agents.vectors import cosine
 from envs.base import EnvEpisode
 from harness.agent_api import AgentContext, Attempt, AttemptResult, Feedback, Trial
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agents.base import BaseAgent, require_placeholders
-from agents.memory_store import cosine
+from agents.vectors import cosine
 from envs.base import EnvEpisode, TaskView
 from harness.agent_api import (
     AgentContext,

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from agents.memory_store import EpisodicMemory, VectorMirror, item_model
+from agents.memory_store import EpisodicMemory, item_model
+from agents.vectors import VectorMirror
 from envs.base import TaskView
 from harness.agent_api import AttemptResult, Completion, Feedback, Recorder
 from harness.tables.records import Usage
