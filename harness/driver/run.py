@@ -41,7 +41,7 @@ from harness.driver.session import resume_hint, start_job_session
 from harness.models.model_client import BUDGET_EXHAUSTED
 from harness.tables.reading import read_table
 from harness.tables.records import Episode, LLMCall, Manifest
-from harness.tables.summary import format_summary, summarize_dirs
+from harness.tables.summary import episode_counts, format_summary, summarize_dirs
 
 
 @dataclass
@@ -112,11 +112,7 @@ def print_summary(result: RunResult, started: float) -> None:
     for outcome in stopped:
         print(f"{outcome.run_id} stopped after {outcome.episodes} episodes: {outcome.stopped_by}")
     tables = ", ".join(f"{name}/ ({rows} rows)" for name, rows in result.manifest.tables.items())
-    probes = int(episodes["probe"].sum()) if not episodes.is_empty() else 0
-    skipped = int((~episodes["attempted"]).sum()) if not episodes.is_empty() else 0
-    counted = f"{len(episodes) - probes - skipped} stream episodes"
-    counted += (f", {probes} probes" if probes else "") + (f", {skipped} not attempted" if skipped else "")
-    print(f"\n{counted} in {time.perf_counter() - started:.1f} s; "
+    print(f"\n{episode_counts(episodes)} in {time.perf_counter() - started:.1f} s; "
           f"model {result.manifest.model}{' (scripted)' if result.manifest.model_is_scripted else ''}")
     print(f"tables in {result.run_dir}: {tables}; manifest.json")
 
