@@ -23,7 +23,9 @@ import sqlite3
 import string
 import threading
 import time
-from collections.abc import Mapping
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,6 +347,7 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # a failure is this module's one line
     local = Path(path)
+    unreachable: str | None = None
     files: dict[Path, str] = {}
     """The local files read, each with its name as messages show it."""
     if local.exists():  # reading a local file otherwise pings the hub's download counter
@@ -367,6 +370,9 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
     else:
         label, name = f"{path}[{split}]", path.rsplit("/", 1)[-1]
         load = functools.partial(datasets.load_dataset, path, subset, split=split, revision=revision)
+        unreachable = None if datasets.config.HF_HUB_OFFLINE else hub_unreachable()
+        if unreachable is not None:  # the cache alone, at once, not the library's retries (25 s and more)
+            load = functools.partial(_offline, load)
     for file, shown in files.items():
         if file.suffix in (".jsonl", ".json", ".csv", ".tsv", ".txt"):
             _utf8(file, shown)
@@ -379,12 +385,48 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
             raise ValueError(f"env.path: {found}") from None
         hint = (" (HF_HUB_OFFLINE is set: only a dataset already in the Hugging Face cache can be read)"
                 if datasets.config.HF_HUB_OFFLINE and not local.exists() else "")
+        if not files and not local.exists() and unreachable is not None:
+            hint = (f" (the hub cannot be reached, {unreachable}: only a dataset already in the Hugging Face "
+                    "cache can be read)")
         message = " ".join(str(error).split()) or type(error).__name__
         tried = "" if local.exists() else f"no local file or directory {path!r}; as a Hugging Face hub id: "
         raise ValueError(f"env.path: {label}: {tried}{message}{hint}") from None
     if len(data) == 0:
         raise ValueError(f"env.path: {label}: holds no rows")
     return label, name, data
+
+
+HUB_PROBE_S = 3.0
+"""How long the hub may take to answer before a hub id is read from the Hugging Face cache alone."""
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (one HEAD request, through the proxy the environment
+    names, if any), or None when it answers at all."""
+    from huggingface_hub import constants
+
+    request = urllib.request.Request(constants.ENDPOINT, method="HEAD")
+    try:
+        urllib.request.urlopen(request, timeout=HUB_PROBE_S).close()
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        return f"{constants.ENDPOINT}: {' '.join(str(reason).split()) or type(reason).__name__}"
+    return None
+
+
+def _offline(load: Callable[[], Any]) -> Any:
+    """`load()` as with HF_HUB_OFFLINE=1: a dataset already in the cache is read, else it fails at once."""
+    import datasets
+    from huggingface_hub import constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+    try:
+        return load()
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
 
 
 class DatasetTasks(Environment):

@@ -217,12 +217,11 @@ def test_a_tuning_file_filter_limit_aliases_and_list_answers(tmp_path):
                             filter={"k": [0, 1]}).tasks()) == 6
 
 
-def test_a_hub_dataset_in_a_warm_cache_is_read_offline(tmp_path, monkeypatch):
-    """What `load_dataset("acme/tiny")` left in the cache on a machine that had the network."""
+def warm_cache(cache: Path, monkeypatch) -> None:
+    """What `load_dataset("acme/tiny")` leaves in the cache on a machine that had the network."""
     import datasets
     import datasets.config
 
-    cache = tmp_path / "cache"
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
     datasets.load_dataset("json", data_files={"test": str(DATA / "gsm8k.jsonl")})
     prepared = cache / "acme___tiny"
@@ -230,12 +229,41 @@ def test_a_hub_dataset_in_a_warm_cache_is_read_offline(tmp_path, monkeypatch):
     shutil.move(next((cache / "json").iterdir()), prepared / "default")
     for file in prepared.rglob("json-*"):
         file.rename(file.with_name(file.name.replace("json-", "tiny-", 1)))
+
+
+def test_a_hub_dataset_in_a_warm_cache_is_read_offline(tmp_path, monkeypatch):
+    warm_cache(tmp_path / "cache", monkeypatch)
     settings = scripted_settings("env=dataset", "env.path=acme/tiny", "env.split=test",
                                  "env.fields.answer_regex='####\\s*(.+)$'")
     assert settings.env.kwargs()["path"] == "acme/tiny"  # a hub id is not a path of this machine
     env = build_environment(settings.env.instantiable())
     assert [t.answer for t in env.tasks()] == ["36", "110", "330", "3,600"]
     assert {t.family for t in env.tasks()} == {"tiny"}
+
+
+@pytest.fixture
+def hub_unreachable(monkeypatch):
+    """HF_HUB_OFFLINE unset, and the hub's address one where nothing answers (this machine's discard
+    port): as a machine without the network that was not told so."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+
+
+def test_where_the_hub_cannot_be_reached_a_hub_id_is_read_from_the_cache_at_once(tmp_path, monkeypatch,
+                                                                                  hub_unreachable):
+    warm_cache(tmp_path / "cache", monkeypatch)
+    env = DatasetTasks(path="acme/tiny", split="test", fields={"answer_regex": r"####\s*(.+)$"})
+    assert [t.answer for t in env.tasks()] == ["36", "110", "330", "3,600"]
+    with pytest.raises(ValueError) as refused:
+        DatasetTasks(path="tasks", fields={"answer": "answer"})
+    assert str(refused.value) == (
+        "env.path: tasks[train]: no local file or directory 'tasks'; as a Hugging Face hub id: Couldn't "
+        "reach 'tasks' on the Hub (OfflineModeIsEnabled) (the hub cannot be reached, http://127.0.0.1:9: "
+        "[Errno 111] Connection refused: only a dataset already in the Hugging Face cache can be read)")
 
 
 # ----- bad input: one line naming the row and the field, before the run -----
