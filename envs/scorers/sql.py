@@ -5,7 +5,9 @@ working directory) and their results compared; how the query is written does not
 The reply's query is the last ```sql (or ```sqlite) fenced block, else the last fenced block of any
 kind, else the whole reply; one statement (a trailing ";" is fine). It runs read-only: the database
 is opened with SQLite's `mode=ro`, an authorizer allows nothing but reading (no ATTACH, PRAGMA or
-writes), a progress handler stops it after `timeout` seconds, and at most `max_rows` rows are read.
+writes), a progress handler stops it after `timeout` seconds or once its temporary results (a sort,
+DISTINCT, GROUP BY: kept in memory, never in files on disk) have grown this process by `max_memory_mb`,
+and at most `max_rows` rows are read.
 A query that fails (syntax error, unknown column, a write, too slow, too many rows) is a failed
 verdict with SQLite's message, never an exception.
 
@@ -28,6 +30,9 @@ Options:
     timeout: seconds each query may run (default 30, BIRD's evaluation timeout).
     max_rows: rows read from a result at most (default 10000); a reference returning more is
         refused before the run, a reply returning more fails.
+    max_memory_mb: how much a query may grow this process, its temporary results in memory (default
+        1024). Measured as the process's resident memory, so queries scored at the same time in one
+        worker count against each other's growth.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from envs.base import Task
 from envs.scorers import Scorer, Verdict
@@ -97,6 +104,19 @@ def has_top_level_order_by(sql: str) -> bool:
     return re.search(r"\border\s+by\b", "".join(kept), re.IGNORECASE) is not None
 
 
+class _MemoryBound:
+    """Whether this process has grown by more than `megabytes` since the query began."""
+
+    def __init__(self, megabytes: float) -> None:
+        self._process = psutil.Process()
+        self._limit = self._process.memory_info().rss + megabytes * 2**20
+        self.reached = False
+
+    def passed(self) -> bool:
+        self.reached = self.reached or self._process.memory_info().rss > self._limit
+        return self.reached
+
+
 def _read_only(action: int, *_: Any) -> int:
     return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
 
@@ -106,7 +126,7 @@ class Sql(Scorer):
     blocking = True  # a query may run up to its timeout
 
     def __init__(self, rows: str = "multiset", order: str = "reference", columns: str = "ordered",
-                 timeout: float = 30.0, max_rows: int = 10_000) -> None:
+                 timeout: float = 30.0, max_rows: int = 10_000, max_memory_mb: float = 1024) -> None:
         for option, value, allowed in (("rows", rows, ("multiset", "set")),
                                        ("order", order, ("reference", "ignore")),
                                        ("columns", columns, ("ordered", "any"))):
@@ -116,8 +136,12 @@ class Sql(Scorer):
             raise ValueError(f"scorer sql: timeout must be a number of seconds > 0, got {timeout!r}")
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"scorer sql: max_rows must be an integer >= 1, got {max_rows!r}")
+        if isinstance(max_memory_mb, bool) or not isinstance(max_memory_mb, int | float) \
+                or not max_memory_mb > 0:
+            raise ValueError(f"scorer sql: max_memory_mb must be a number of megabytes > 0, "
+                             f"got {max_memory_mb!r}")
         self.rows, self.order, self.columns = rows, order, columns
-        self.timeout, self.max_rows = float(timeout), max_rows
+        self.timeout, self.max_rows, self.max_memory_mb = float(timeout), max_rows, float(max_memory_mb)
         # The reference's rows, by (database, query): each attempt at a task reruns only the reply.
         self._references: OrderedDict[tuple[str, str], list[tuple[Any, ...]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -138,15 +162,23 @@ class Sql(Scorer):
         except sqlite3.Error as error:
             raise QueryError(f"cannot open the database ({_one_line(error)})") from None
         deadline = time.monotonic() + self.timeout
+        bound = _MemoryBound(self.max_memory_mb)
         try:
+            # Sorts and the like spill to temporary files by default (gigabytes of them from one ORDER
+            # BY over a large join): in memory they are bounded by the progress handler below.
+            connection.execute("PRAGMA temp_store = MEMORY")
             connection.set_authorizer(_read_only)
             # A non-zero return interrupts the query: the only way to stop SQLite from Python.
-            connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+            connection.set_progress_handler(lambda: int(time.monotonic() > deadline or bound.passed()),
+                                            10_000)
             connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000_000)  # randomblob(1e9) and the like
             connection.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 1_000_000)
             rows = connection.execute(sql).fetchmany(self.max_rows + 1)
-        except sqlite3.OperationalError as error:
+        except (sqlite3.OperationalError, MemoryError) as error:
+            if bound.reached:
+                raise QueryError(f"its temporary results passed max_memory_mb={self.max_memory_mb:g}") \
+                    from None
             if time.monotonic() > deadline:
                 raise QueryError(f"timed out after {self.timeout:g} s") from None
             raise QueryError(f"SQL error: {_one_line(error)}") from None

@@ -376,6 +376,11 @@ SQL = [
     ("too-many-rows", {"max_rows": 5}, "SELECT name FROM people",
      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100) SELECT x FROM c", False,
      "more than 5 rows"),
+    # A sort of 10^8 wide rows: gigabytes of temporary files on disk, were they not kept in bounded memory.
+    ("temporary-results-bounded", {"max_memory_mb": 50, "timeout": 120}, "SELECT name FROM people",
+     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000000) "
+     "SELECT x, printf('%0100d', x) FROM c ORDER BY -x", False,
+     "its temporary results passed max_memory_mb=50"),
     ("empty-reply", {}, "SELECT name FROM people", "", False, "no SQL in the reply"),
     ("empty-fence", {}, "SELECT name FROM people", "```sql\n```", False, "no SQL in the reply"),
 ]
