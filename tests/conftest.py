@@ -38,10 +38,24 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """An e2e test is a slow one: `-m "not slow"` leaves both out."""
+    """An e2e test is a slow one, and so is one that uses a fixture that starts processes
+    (`tiers.starts_processes`): `-m "not slow"` leaves them out."""
     for item in items:
-        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+        definitions = getattr(item, "_fixtureinfo", None)
+        uses_processes = definitions is not None and any(
+            tiers.declares_processes(d.func) for defs in definitions.name2fixturedefs.values() for d in defs)
+        if (item.get_closest_marker("e2e") or uses_processes) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> Iterator[None]:
+    before = _WATCH.count()
+    yield
+    started = _WATCH.launched_since(before)
+    if started and not tiers.declares_processes(fixturedef.func):
+        _WATCH.undeclared.append(f"fixture {fixturedef.argname!r} starts `{tiers.shown(started[0])}` without "
+                                 "saying so: decorate it with `@tiers.starts_processes`")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -54,7 +68,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _tiers_hold(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     marks = {mark.name for mark in request.node.iter_markers()}
-    wrong = tiers.missing_marks(marks, _WATCH.started(), _WATCH.real_models())
+    wrong = (_WATCH.undeclared or [None])[0] or tiers.missing_marks(marks, _WATCH.started(),
+                                                                     _WATCH.real_models())
     if wrong:
         pytest.fail(f"{request.node.nodeid}: {wrong} (tiers: tests/tiers.py)", pytrace=False)
 
@@ -135,6 +150,7 @@ def replayed_run(overrides: list[str], finished: int) -> tuple[Path, list[dict[s
 
 
 @pytest.fixture(scope="session")
+@tiers.starts_processes
 def ray_session() -> Iterator[None]:
     import ray
 

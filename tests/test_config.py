@@ -174,6 +174,7 @@ def test_a_path_in_a_list_that_cannot_be_resolved_is_named_by_its_place(tmp_path
                                  "(got '~nobody-x')")
 
 
+@pytest.mark.slow
 def test_the_cli_stops_on_a_symbolic_link_loop_with_exit_2_in_one_line(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     result = subprocess.run([sys.executable, "-m", "harness", "model=scripted", "embedder=hashing",

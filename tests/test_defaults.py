@@ -10,6 +10,7 @@ import pytest
 
 from harness.agent_run.plan import build_plan
 from harness.config import HarnessConfig
+from tests import tiers
 from tests.conftest import CONF_DIR, compose_config, run_variant
 from tests.envs.test_dataset import DATA, PATHS
 
@@ -29,7 +30,7 @@ def default_plan(tmp_path, *overrides):
     return build_plan(HarnessConfig.from_dictconfig(compose_config(*overrides)), tmp_path)
 
 
-@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("env", tiers.env_params(ENVS))
 def test_every_env_plans_with_no_other_override(env, tmp_path, task_file):
     if env == "scienceworld":
         from envs.scienceworld import requirements

@@ -500,6 +500,7 @@ def test_every_command_of_the_page_runs_as_shown(page):
     assert not broken, "commands that do not do what the page says:\n" + "\n".join(broken)
 
 
+@pytest.mark.slow
 def test_every_command_of_the_help_runs_as_shown():
     commands = help_commands(harness_help())
     assert len(commands) >= 12, commands
@@ -528,6 +529,7 @@ def help_groups(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     return groups, dict(choice.split("=") for choice in defaults.group(1).split())
 
 
+@pytest.mark.slow
 def test_the_help_lists_every_option_of_every_group_and_its_default_and_no_parts():
     text = harness_help()
     defaults = {group: option for entry in yaml.safe_load((CONF / "config.yaml").read_text())["defaults"]

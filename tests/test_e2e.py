@@ -8,12 +8,14 @@ import pytest
 from envs.base import normalize
 from harness.config import HarnessConfig
 from harness.driver.run import run
+from tests import tiers
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def real_run(ray_session, tmp_path_factory):
     cfg = compose_config("seeds=[0,1]", "stream.num_tasks=8", "progress=false", "cache.enabled=false")
     return run(HarnessConfig.from_dictconfig(cfg), tmp_path_factory.mktemp("real"))

@@ -83,6 +83,7 @@ def test_a_row_no_table_can_hold_costs_only_its_episode_and_fails_loudly(tmp_pat
     assert sorted(read_table(tmp_path, LLMCall.table)["call_id"]) == ["c1", "c2"]
 
 
+@pytest.mark.slow
 def test_a_hostile_reply_leaves_every_row_and_a_finished_run(hostile_server, tmp_path):
     run_dir = tmp_path / "run"
     result = run_cli("model=litellm", "model.name=openai/fake", f"model.api_base={hostile_server.api_base}",

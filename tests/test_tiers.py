@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -34,49 +33,88 @@ def test_a_test_that_starts_a_command_needs_the_slow_mark_and_one_that_loads_the
     assert tiers.missing_marks(set(), [[sys.executable, "-I", "-S", "-c", "1"]], []) is None
 
 
+PROBE = """
+import subprocess
+import sys
+
+import pytest
+
+from tests import tiers
+
+MODULE = [sys.executable, "-m", "this"]  # a module run as a process: what `slow` is for
+
+
+@pytest.fixture(scope="module")
+def undeclared():
+    subprocess.run(MODULE, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+@tiers.starts_processes
+def declared():
+    subprocess.run(MODULE, check=True, capture_output=True)
+
+
+def test_unmarked_starts_a_module():
+    subprocess.run(MODULE, check=True, capture_output=True)
+
+
 @pytest.mark.slow
-def test_the_rule_fails_an_unmarked_test_that_starts_a_process_or_loads_the_models(tmp_path: Path) -> None:
-    # Run inside this suite's conftest (a test file in tests/), started as pytest starts any file.
+def test_slow_starts_a_module():
+    subprocess.run(MODULE, check=True, capture_output=True)
+
+
+@pytest.mark.slow
+def test_slow_loads_the_local_model_package_in_a_child():
+    subprocess.run([sys.executable, "-c", "import llama_cpp"], check=True)
+
+
+@pytest.mark.e2e
+def test_e2e_loads_it():
+    subprocess.run([sys.executable, "-c", "import llama_cpp"], check=True)
+
+
+def test_unmarked_runs_python_snippets_as_the_sandbox_does():
+    subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
+
+
+@pytest.mark.slow
+def test_slow_sets_up_a_fixture_that_does_not_say_it_starts_processes(undeclared):
+    pass
+
+
+def test_unmarked_uses_a_fixture_that_says_it_does(declared):
+    pass
+"""
+
+
+def run_probe(tmp_path: Path, *args: str) -> str:
+    """The probe's tests run by pytest in this suite's tests/ (so under its conftest), its output."""
     probe = ROOT / "tests" / f"test_zz_tier_probe_{tmp_path.name}.py"
-    probe.write_text(textwrap.dedent('''
-        import subprocess
-        import sys
-
-        import pytest
-
-
-        def test_unmarked_starts_a_python():
-            subprocess.run([sys.executable, "-c", "pass"], check=True)
-
-
-        @pytest.mark.slow
-        def test_slow_starts_a_python():
-            subprocess.run([sys.executable, "-c", "pass"], check=True)
-
-
-        @pytest.mark.slow
-        def test_slow_loads_the_local_model_package_in_a_child():
-            subprocess.run([sys.executable, "-c", "import llama_cpp"], check=True)
-
-
-        @pytest.mark.e2e
-        def test_e2e_loads_it():
-            subprocess.run([sys.executable, "-c", "import llama_cpp"], check=True)
-
-
-        def test_unmarked_runs_the_sandbox_child():
-            subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
-    '''))
+    probe.write_text(PROBE)
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
-                               str(probe)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *args,
+                               str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
     finally:
         probe.unlink()
-    out = done.stdout
-    assert "ERROR" in out and "test_unmarked_starts_a_python" in out, out
-    assert "without the slow mark: mark it `@pytest.mark.slow`" in out
+
+
+@pytest.mark.slow
+def test_the_rule_fails_a_test_whose_marks_say_less_than_it_starts_or_loads(tmp_path: Path) -> None:
+    out = run_probe(tmp_path)
+    errors = sorted(line.split("::")[1] for line in out.splitlines() if line.startswith("ERROR tests/"))
+    assert errors == ["test_slow_loads_the_local_model_package_in_a_child",
+                      "test_slow_sets_up_a_fixture_that_does_not_say_it_starts_processes",
+                      "test_unmarked_starts_a_module"], out
+    assert "it starts `python -m this` without the slow mark: mark it `@pytest.mark.slow`" in out
     assert "loads the real models (llama_cpp) without the e2e mark" in out
-    # pytest counts a teardown error beside the call that passed
-    assert "5 passed, 2 errors" in out, out
-    assert out.count("ERROR tests/") == 2, out
+    assert ("fixture 'undeclared' starts `python -m this` without saying so: decorate it with "
+            "`@tiers.starts_processes`") in out
+    assert "7 passed, 3 errors" in out, out  # a teardown error is counted beside the call that passed
+
+
+@pytest.mark.slow
+def test_the_inner_loop_leaves_out_what_is_slow_by_its_mark_or_by_its_fixture(tmp_path: Path) -> None:
+    out = run_probe(tmp_path, "-m", "not slow")
+    assert "2 passed, 5 deselected, 1 error" in out, out
+    assert "ERROR tests/" in out and "::test_unmarked_starts_a_module" in out

@@ -1,7 +1,7 @@
 """The suite's tiers, kept by a rule rather than by memory.
 
-- unmarked: runs in the test's own process, plus at most the cheap children the harness starts for a
-  scorer (the sandbox's interpreter, the math-verify helper) or `git`;
+- unmarked: runs in the test's own process, plus at most Python snippets (`python -c`: the sandbox's
+  interpreter, the math-verify helper) and a few system tools (`tiers.CHEAP_TOOLS`);
 - `slow`: starts anything else: a harness command, Ray, a model or agent server, an outside agent;
 - `e2e`: loads the real local model or the MiniLM embedder, in any process it starts (and so is slow).
 
@@ -18,27 +18,57 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
 
 from tests.tier_probe.sitecustomize import note_real_models
+
+F = TypeVar("F")
 
 PROBE_DIR = Path(__file__).resolve().parent / "tier_probe"
 E2E_LOG_VARIABLE = "HARNESS_TEST_E2E_LOG"
 
 
+CHEAP_TOOLS = ("git", "uname", "mount", "umount")
+"""System tools that answer in milliseconds: the manifest's commit, `platform.processor()` (which the
+openai SDK calls), a test's small tmpfs. And `java -version`, env=scienceworld's check of its Java."""
+
+
 def is_cheap_child(argv: Sequence[str] | str) -> bool:
-    """A process an unmarked test may start: the sandbox's isolated interpreter, the math scorer's
-    helper, or git (the manifest's commit)."""
+    """A process an unmarked test may start: a Python snippet (`python -c`: the sandbox's isolated
+    interpreter, the math scorer's helper, a process holding something for a test) or a CHEAP_TOOLS
+    tool. A module or script (`python -m harness`, an outside agent), Ray, a server, a JVM or a browser
+    is not."""
     args = [os.fspath(a) for a in argv] if not isinstance(argv, (str, bytes)) else [str(argv)]
     if not args:
         return True
-    if args[0] == sys.executable and args[1:3] == ["-I", "-S"]:
-        return True
-    if args[0] == sys.executable and args[1:2] == ["-c"] and "envs.scorers.math" in args[2]:
-        return True
-    return Path(args[0]).name == "git"
+    if args[0] == sys.executable:
+        options = args[1:args.index("-c") + 1] if "-c" in args else args[1:]
+        return bool(options) and options[-1] == "-c" and all(o.startswith("-") for o in options)
+    return Path(args[0]).name in CHEAP_TOOLS or (Path(args[0]).name == "java" and args[1:] == ["-version"])
+
+
+def starts_processes(fixture: F) -> F:
+    """Declares that a fixture starts processes (a command, Ray, a server): its tests are slow. Put it
+    under `@pytest.fixture`."""
+    fixture.starts_processes = True  # type: ignore[attr-defined]
+    return fixture
+
+
+PROCESS_ENVS = ("scienceworld",)
+"""Environments whose simulator is a process of its own (ScienceWorld's JVM)."""
+
+
+def env_params(envs: Iterable[str]) -> list[Any]:
+    """`envs` for `pytest.mark.parametrize`, those of PROCESS_ENVS marked slow."""
+    return [pytest.param(env, marks=pytest.mark.slow) if env in PROCESS_ENVS else env for env in envs]
+
+
+def declares_processes(function: Any) -> bool:
+    return bool(getattr(function, "starts_processes", False))
 
 
 def shown(argv: Sequence[str] | str) -> str:
@@ -71,6 +101,8 @@ class Watch:
         self.log = log
         self._started: list[Any] = []
         self._log_seen = 0
+        self.undeclared: list[str] = []
+        """Fixtures set up for the running test that started processes without `@starts_processes`."""
 
     @classmethod
     def install(cls) -> Watch:
@@ -93,7 +125,15 @@ class Watch:
 
     def restart(self) -> None:
         self._started.clear()
+        self.undeclared.clear()
         self._log_seen = self.log.stat().st_size
+
+    def launched_since(self, count: int) -> list[Any]:
+        """The expensive processes started after the first `count` of the running test's."""
+        return [argv for argv in self._started[count:] if not is_cheap_child(argv)]
+
+    def count(self) -> int:
+        return len(self._started)
 
     def started(self) -> list[Any]:
         return list(self._started)

@@ -12,6 +12,7 @@ from harness.config import ConfigError
 from harness.driver.run import run
 from harness.evaluate import main as evaluate
 from harness.tables.writer import TableWriter
+from tests import tiers
 from tests.conftest import run_variant, scripted_settings
 
 
@@ -81,6 +82,7 @@ def source_run_id(directory: Path) -> str:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def evaluated(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     for job, variant in enumerate(("baseline", "memory")):

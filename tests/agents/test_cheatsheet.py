@@ -14,6 +14,7 @@ from harness.agent_run.plan import build_plan
 from harness.sandbox import kernel_isolation_problem
 from harness.tables.records import PlaybookEventRow, RunRow, ToolEventRow
 from harness.tables.writer import TableWriter
+from tests import tiers
 from tests.conftest import CONF_DIR, replayed_run, run_variant, scripted_settings
 
 CUMULATIVE = ["variant=cheatsheet", "variant.mode=cumulative"]
@@ -259,7 +260,7 @@ ENVS = {"countries": [], "reasoning_gym": [], "textworld": [], "tools": [], "saf
 
 
 @pytest.mark.parametrize("mode", [CUMULATIVE, SYNTHESIS], ids=["cumulative", "retrieval_synthesis"])
-@pytest.mark.parametrize("env", sorted(ENVS))
+@pytest.mark.parametrize("env", tiers.env_params(sorted(ENVS)))
 def test_it_runs_on_every_env_with_the_scripted_model(env, mode):
     if env == "scienceworld":
         from envs.scienceworld import requirements

@@ -84,6 +84,7 @@ def test_a_task_over_the_timeout_fails_and_the_agent_is_rebuilt_with_what_it_sav
     assert learnt_by_the_end(run) == task_ids(run, 0, 2, 3)  # the first, saved and reloaded after the restart
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "error"), [
     ("crash", "exited with code 3 (its stderr ends: about to crash on purpose)"),
     ("garbage", "printed something that is not a JSON object: 'this is not JSON'"),

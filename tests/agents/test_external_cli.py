@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from harness.tables.reading import read_table
 from harness.tables.records import TABLES
@@ -28,6 +29,8 @@ from tests.processes import (
     stop_session,
     wait_for,
 )
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = "hydra.searchpath=[file://examples/outside_agents/conf]"
 SCRIPTED = ["model=scripted", "embedder=hashing", "cache.enabled=false", *QUIET]

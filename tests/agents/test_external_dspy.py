@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from harness.tables.reading import read_table
+from tests import tiers
 from tests.processes import QUIET, run_cli
 
 ENTRY = "examples.outside_agents.dspy_agent:DSPyAgent"
@@ -21,6 +22,7 @@ INSTRUCTIONS = "You are a concise assistant. Answer with the answer only, no exp
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def dspy_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("dspy") / "run"
     result = run_cli(*QUIET, "variant=external", f"variant.entry={ENTRY}", f"variant.options={{k:{K}}}",

@@ -10,6 +10,7 @@ import pytest
 from agents.gepa import frontier, instruction_in
 from harness.agent_run.plan import build_plan
 from harness.config import ConfigError
+from tests import tiers
 from tests.agents.test_cheatsheet import rules
 from tests.agents.test_reasoning_bank import ENVS, NO_SCIENCEWORLD
 from tests.conftest import replayed_run, run_variant, scripted_settings
@@ -131,7 +132,7 @@ def test_a_resumed_gepa_run_ends_with_the_state_of_an_uninterrupted_one():
     assert [e["success"] for e in replayed] == [e["success"] for e in episodes[5:]]
 
 
-@pytest.mark.parametrize("env", sorted(ENVS))
+@pytest.mark.parametrize("env", tiers.env_params(sorted(ENVS)))
 def test_it_runs_on_every_env_with_the_scripted_model(env):
     if env == "scienceworld" and NO_SCIENCEWORLD:
         pytest.skip(NO_SCIENCEWORLD)

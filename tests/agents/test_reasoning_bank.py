@@ -17,6 +17,7 @@ from harness.config import ConfigError
 from harness.models.scripted import WRONG_ANSWER
 from harness.tables.records import MemoryEventRow, RunRow
 from harness.tables.writer import TableWriter
+from tests import tiers
 from tests.conftest import AgentRun, replayed_run, run_variant, scripted_settings
 
 BANK = ("variant=reasoning_bank", "stream.num_tasks=4", "model.scripted.accuracy=0")
@@ -257,7 +258,7 @@ ENVS = {
 }
 
 
-@pytest.mark.parametrize("env", sorted(ENVS))
+@pytest.mark.parametrize("env", tiers.env_params(sorted(ENVS)))
 def test_it_runs_on_every_env_with_the_scripted_model(env):
     if env == "scienceworld" and NO_SCIENCEWORLD:
         pytest.skip(NO_SCIENCEWORLD)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from harness.tables.reading import read_table
 from harness.tables.records import TABLES
@@ -37,6 +38,8 @@ from tests.processes import (
     stop_session,
     wait_for,
 )
+
+pytestmark = pytest.mark.e2e
 
 SEED = int(os.environ.get("HARNESS_CHAOS_SEED", "0"))
 JOBS = ("0", "1", "2", "3")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = ("model=scripted", "embedder=hashing", "progress=false", "ray.include_dashboard=false",
          "cache.enabled=false")

@@ -52,6 +52,7 @@ def disk_usage(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_in_one_line_and_the_resume_ends_as_uninterrupted(tmp_path, tiny_disk):
     reference = tmp_path / "reference"
     done = run_cli(*OPTIONS, f"hydra.run.dir={reference}")

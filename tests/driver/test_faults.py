@@ -36,6 +36,7 @@ def episodes(run_dir: Path) -> pl.DataFrame:
     return pl.read_parquet(run_dir / "episodes" / "*.parquet")
 
 
+@pytest.mark.slow
 def test_of_two_runs_into_one_directory_one_runs_the_other_says_who_holds_it(tmp_path):
     """Started at the same instant, as the worst case: whichever takes the lock runs; the other
     exits 2 with one line naming the holder's pid, before Ray starts."""
@@ -77,6 +78,7 @@ def test_the_lock_dies_with_its_holder(tmp_path):
         os.close(fd)
 
 
+@pytest.mark.slow
 def test_a_live_sweep_directory_is_refused_too(tmp_path):
     with exclusive(tmp_path / "sweep", "sweep"):
         result = run_cli("-m", "seed=0,1", *SCRIPTED, f"hydra.sweep.dir={tmp_path / 'sweep'}", timeout=120)
@@ -85,6 +87,7 @@ def test_a_live_sweep_directory_is_refused_too(tmp_path):
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_directory_is_refused_before_anything_starts(tmp_path):
     result = run_cli(*SCRIPTED, "cache.enabled=true", "cache.dir=/proc/harness-cache",
                      f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
@@ -112,6 +115,7 @@ def resume_to_the_end(command: list[str], run_dir: Path, planned: int) -> None:
     assert written["error"].null_count() == planned
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part, marker", [("the model limits actor", "ray::ModelLimits"),
                                           ("the writer actor", "ray::WriterHub")])
 def test_a_dead_limits_or_writer_actor_stops_the_run_with_the_command_that_resumes_it(tmp_path, part, marker):

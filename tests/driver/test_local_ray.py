@@ -6,6 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 
 def test_a_second_ray_on_the_machine_gets_a_dashboard_agent_of_its_own():
     """Ray's default agent port (52365) taken by someone else: the agent of the Ray that

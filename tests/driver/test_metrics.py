@@ -21,6 +21,7 @@ from harness.driver.metrics import JobLabels, RowTally
 from harness.driver.run import run
 from harness.models.model_server import free_port
 from harness.tables.reading import read_table
+from tests import tiers
 from tests.conftest import scripted_settings
 from tests.processes import QUIET, run_cli, short_temp_dir, stop_session
 
@@ -84,6 +85,7 @@ def test_tables_without_metrics_cost_nothing():
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def metrics_port():
     """A Ray whose metrics export port this test chose, reporting every half second (Ray's default is
     10 s); inside the suite's shared Ray (tests/conftest.py), that Ray's port, as Ray reports it."""
@@ -101,6 +103,7 @@ def metrics_port():
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def gated_run(metrics_port, tmp_path_factory):
     """Two seeds of a memory agent under the sealed gate and the safety check, at a price; and the
     sweeps whose metrics the node exported before it (the suite's other runs on a shared Ray)."""
@@ -205,6 +208,7 @@ def test_a_runs_metrics_reach_the_nodes_prometheus_endpoint_with_the_tables_valu
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def cluster_with_metrics_port():
     """`ray start --head --metrics-export-port=<port>`, as a user would start a cluster for Prometheus
     (its workers report every half second), stopped by its session afterwards; (address, port)."""

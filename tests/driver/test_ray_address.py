@@ -14,6 +14,8 @@ import pytest
 from harness.models.model_server import free_port
 from tests.processes import QUIET, run_cli, short_temp_dir, stop_session
 
+pytestmark = pytest.mark.slow
+
 SCRIPTED = ["model=scripted", "embedder=hashing", "stream.num_tasks=3", "cache.enabled=false", *QUIET]
 
 

@@ -61,6 +61,7 @@ def same_rows(resumed: Path, reference) -> None:
     assert per_episode.equals(ref_per_episode)
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_whole_run_then_resume(tmp_path, reference):
     run_dir, cache = tmp_path / "run", tmp_path / "cache"
     process = start(run_dir, cache)
@@ -79,6 +80,7 @@ def test_kill_9_of_the_whole_run_then_resume(tmp_path, reference):
     same_rows(run_dir, reference)
 
 
+@pytest.mark.slow
 def test_a_killed_agent_worker_is_restarted_and_the_run_finishes_by_itself(tmp_path, reference):
     """A worker killed, then its replacement killed too: the run still ends as if nothing happened."""
     run_dir, cache = tmp_path / "run", tmp_path / "cache"

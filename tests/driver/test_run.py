@@ -17,6 +17,7 @@ from harness.config import LocalServer, Price
 from harness.driver.run import run
 from harness.models.model_server import LocalModelServer, ModelServerError
 from harness.tables.records import TABLES
+from tests import tiers
 from tests.conftest import scripted_settings
 from tests.processes import StartedCli, stop_session
 
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def finished_run(ray_session, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     settings = scripted_settings("seeds=[0,1,2]", "stream.num_tasks=6", "model.scripted.latency_s=0.05")
@@ -79,6 +81,7 @@ def harness_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_rejects_a_bad_value_in_one_line_before_starting_anything(tmp_path):
     result = harness_cli("stream.num_tasks=0", f"hydra.run.dir={tmp_path}/run", cwd=ROOT)
     assert result.returncode == 2
@@ -96,6 +99,7 @@ ONE_FAILING = ["-m", "seed=0,1", "stream.num_tasks=8,100000", "model=scripted",
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def sweeps(tmp_path_factory) -> Iterator[dict[str, StartedCli]]:
     """The sweeps of the tests below, all started at once (each into a directory of its own): a test
     waits for its own."""
@@ -116,6 +120,7 @@ def test_the_stock_sequential_launcher_still_runs_one_job_per_seed(sweeps):
     assert result.stdout.count("success_rate") == 2 and "tables in" in result.stdout
 
 
+@pytest.mark.e2e
 def test_a_model_server_that_cannot_start_names_its_log(tmp_path):
     not_a_model = LocalServer(package="harness", file="__init__.py", alias="broken", n_ctx=256,
                               n_threads=1, startup_timeout_s=60,
@@ -126,6 +131,7 @@ def test_a_model_server_that_cannot_start_names_its_log(tmp_path):
     assert log.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
@@ -149,6 +155,7 @@ def test_ctrl_c_keeps_finished_episodes_and_marks_the_run_interrupted(tmp_path):
     assert set(episodes) <= set(calls)  # no episode row without its calls
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_sweep_says_so_once_and_marks_every_job_interrupted(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "harness", "-m", "seed=0,1", "model=scripted", "model.scripted.latency_s=0.1",

@@ -17,6 +17,8 @@ import pytest
 from harness.tables.reading import read_table
 from tests.processes import QUIET, ROOT, finished_so_far, session_processes, start_cli, stop_session, wait_for
 
+pytestmark = pytest.mark.slow
+
 SLOW = ["model=scripted", "embedder=hashing", *QUIET, "output.flush_interval_s=0.2", "cache.enabled=false",
         "model.scripted.latency_s=0.1"]
 

@@ -9,9 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 from harness.tables.orphans import finished_episodes
 from tests.processes import QUIET, kill_9, session_processes, start_cli, stop_session, wait_for
+
+pytestmark = pytest.mark.slow
 
 SEEDS = [0, 1, 2]
 SWEEP = ["-m", "variant=memory", "model=scripted", "embedder=hashing", "stream.num_tasks=16",

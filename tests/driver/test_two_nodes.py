@@ -22,6 +22,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from harness.models.model_server import free_port
+from tests import tiers
 from tests.processes import QUIET, ROOT, run_cli, short_temp_dir, stop_session, wait_for
 
 SEEDS = [0, 1, 2, 3]
@@ -85,6 +86,7 @@ def listening(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def local_sweep(tmp_path_factory):
     """The same agent runs in one run on a Ray of its own (`ray.address` null; one job is cheaper
     than a sweep of four and has the same run ids), started before the cluster so that the two
@@ -101,6 +103,7 @@ def local_sweep(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def cluster(local_sweep, tmp_path_factory):
     """A head node and a second node with one CPU each, stopped by their sessions afterwards."""
     port = free_port()
@@ -126,6 +129,7 @@ def cluster(local_sweep, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def cluster_sweep(cluster, tmp_path_factory):
     directory = tmp_path_factory.mktemp("cluster") / "sweep"
     result = run_cli(*SWEEP, f"ray.address={cluster}", f"hydra.sweep.dir={directory}", timeout=240)

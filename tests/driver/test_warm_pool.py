@@ -54,6 +54,7 @@ def warm_pool(tmp_path):
         process.kill()
 
 
+@pytest.mark.slow
 def test_commands_on_the_warm_pool_write_the_rows_of_their_own_pool_on_fresh_processes_and_idle_it_ends(
         tmp_path, warm_pool):
     state_path, state = warm_pool

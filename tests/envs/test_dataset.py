@@ -329,6 +329,7 @@ def test_an_empty_split_a_bad_choice_a_duplicate_id_and_a_missing_database(tmp_p
         env_of(*preset("bird", db_dir), "env.db_dir=null")
 
 
+@pytest.mark.slow
 def test_a_bad_preset_input_stops_the_cli_before_the_run_with_exit_2():
     result = run_cli(*preset("gsm8k", Path()), "env.fields.answer=solution", "model=scripted",
                      "embedder=hashing", "progress=false", timeout=120,

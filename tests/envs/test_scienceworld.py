@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from envs.scienceworld import TABLE_VERSION, VARIATIONS, ScienceWorldTasks, gold_actions, requirements
+from tests import tiers
 from tests.conftest import run_variant
 
 try:
@@ -43,6 +44,7 @@ def gone_within(pids: list[int], seconds: float) -> bool:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def env():
     env = ScienceWorldTasks(task_types=[TYPE], variations_per_task=2, seed=0, max_steps=12, warm_jvms=1)
     env.setup(env.tasks())
@@ -82,6 +84,7 @@ def test_without_java_the_env_says_what_to_install(monkeypatch):
         ScienceWorldTasks()
 
 
+@pytest.mark.slow
 def test_an_old_java_is_refused(monkeypatch, tmp_path):
     java = tmp_path / "java"
     java.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
@@ -160,6 +163,7 @@ def test_no_jvm_outlives_close(env):
     assert not any(alive(pid) for pid in spares)
 
 
+@pytest.mark.slow
 @needs_scienceworld
 def test_a_jvm_dies_with_its_python_process_even_on_kill_9():
     script = textwrap.dedent(f"""
@@ -181,6 +185,7 @@ def test_a_jvm_dies_with_its_python_process_even_on_kill_9():
     assert gone_within(jvms, 10)
 
 
+@pytest.mark.slow
 @needs_scienceworld
 def test_the_built_in_split_table_is_what_the_simulator_reports(tmp_path, monkeypatch):
     # Another scienceworld version has its table measured once, then read from the cache.
@@ -193,6 +198,7 @@ def test_the_built_in_split_table_is_what_the_simulator_reports(tmp_path, monkey
     assert [p.name for p in tmp_path.iterdir()] == [f"variations-{TABLE_VERSION}-other.json"]
 
 
+@pytest.mark.slow
 @needs_scienceworld
 def test_a_multi_step_run_records_steps_that_add_up_to_the_act_tokens():
     run = run_variant("env=scienceworld", f"env.task_types=[{TYPE}]", "env.variations_per_task=2",

@@ -3,6 +3,7 @@
 import pytest
 
 from envs.textworld import TextWorldGames, strip_banner
+from tests import tiers
 from tests.conftest import run_variant
 
 
@@ -12,6 +13,7 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes  # TextWorld compiles its games with Inform 7's `ni`
 def env(cache):
     env = TextWorldGames(challenge="tw-cooking", num_games=2, seed=5, max_steps=20,
                          settings={"recipe": 1, "take": 1, "go": 1}, cache_dir=str(cache))
@@ -25,6 +27,7 @@ def walkthrough(env, task):
     return textworld.Game.load(str(env.game_file(task).with_suffix(".json"))).metadata["walkthrough"]
 
 
+@pytest.mark.slow
 def test_following_the_walkthrough_through_the_env_interface_wins(env):
     task = env.tasks()[0]
     episode = env.reset(task)

@@ -12,6 +12,7 @@ import pytest
 import ray
 
 from harness.models.limits import ModelLimits, SharedLimits
+from tests import tiers
 
 
 class Replica:
@@ -45,6 +46,7 @@ class Replica:
 
 
 @pytest.fixture
+@tiers.starts_processes
 def cluster(ray_session):
     tag = uuid.uuid4().hex[:6]
     limits = ray.remote(num_cpus=0)(ModelLimits).options(name=f"limits {tag}").remote()

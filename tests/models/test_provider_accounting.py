@@ -132,6 +132,7 @@ def test_a_configured_price_bills_cache_reads_at_its_cache_read_price(server, tm
     assert calls[1]["cost_usd"] == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_a_reasoning_model_to_the_end_and_records_what_it_sent(server, tmp_path):
     out = tmp_path / "run"
     done = subprocess.run(

@@ -155,6 +155,7 @@ def test_a_run_without_episodes_yet_is_refused_in_one_line(tmp_path, capsys):
     assert "no episodes written yet" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_help_describes_the_harness():
     """`python -m harness --help` (conf/hydra/help/harness.yaml; selected here on the command line
     in case conf/config.yaml does not select it)."""

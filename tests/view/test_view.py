@@ -34,6 +34,7 @@ from harness.view import queries as view_queries
 from harness.view.app import main, serve, url_of
 from harness.view.queries import EpisodeFilter, list_episodes, runs_overview
 from harness.view.store import Store
+from tests import tiers
 from tests.conftest import run_variant, scripted_settings
 
 JOBS = {
@@ -342,6 +343,7 @@ def test_part_files_landing_while_a_run_writes_show_up(sweep, tmp_path):
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_the_bench_writes_a_sweep_the_harness_reads_and_measures_every_page(tmp_path):
     written = generate(tmp_path, rows=2_000, jobs=2, calls_per_episode=10)
     dirs = [tmp_path / "0", tmp_path / "1"]
@@ -384,6 +386,7 @@ def find_chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install "
                                    "-e '.[dev]')")
