@@ -21,6 +21,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 import psutil
@@ -132,16 +133,21 @@ def ray_processes() -> list[psutil.Process]:
     return list(found.values())
 
 
-def end_leftovers(processes: list[psutil.Process], grace_s: float = 5.0) -> None:
-    """After `ray.shutdown()`: Ray's agents (the dashboard agent, the runtime-env agent) can outlive
-    it for a minute; those still running get SIGTERM, then SIGKILL after `grace_s`."""
-    alive = []
+def end_leftovers(processes: list[psutil.Process], reap_s: float = 5.0) -> None:
+    """End the processes of a Ray this command started, once its driver has disconnected: killed all at
+    once (they hold nothing the run needs), then waited on for up to `reap_s` until each is gone or a
+    zombie (dead: one whose parent died too waits for whichever process adopts it to reap it)."""
     for process in processes:
         with contextlib.suppress(psutil.Error):
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                process.terminate()
-                alive.append(process)
-    _, still = psutil.wait_procs(alive, timeout=grace_s)
-    for process in still:
-        with contextlib.suppress(psutil.Error):
             process.kill()
+    deadline = time.monotonic() + reap_s
+    alive = processes
+    while alive and time.monotonic() < deadline:
+        _, alive = psutil.wait_procs(alive, timeout=0.01)
+        alive = [p for p in alive if _running(p)]
+
+
+def _running(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.status() != psutil.STATUS_ZOMBIE
+    return False

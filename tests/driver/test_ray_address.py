@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from harness.models.model_server import free_port
+from tests import tiers
 from tests.processes import QUIET, run_cli, short_temp_dir, stop_session
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,7 @@ def start_head(temp, auth: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def other_cluster():
     head, address = start_head(short_temp_dir(), {"RAY_AUTH_MODE": "disabled"})
     yield address

@@ -205,6 +205,7 @@ def test_a_ray_sweep_runs_its_jobs_at_once_and_a_failing_job_spares_the_others(s
         assert lines[0].endswith(f"-> {job}")
 
 
+@pytest.mark.e2e
 def test_the_local_embedder_is_loaded_once_per_node_for_all_the_pools_workers(ray_session, tmp_path):
     """Its service (harness/models/minilm.py) encodes for every worker; each call still has its own row."""
     from ray._private import state
