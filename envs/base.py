@@ -16,6 +16,7 @@ import string
 import unicodedata
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
@@ -269,14 +270,24 @@ def nonfinite_answer(value: Any) -> str | None:
     return None
 
 
+PATTERN_TIMEOUT_S = 1.0
+"""How long a task's or a scorer's pattern may run on one reply (the `regex` module's time limit:
+Python's `re` has none, and a pattern such as `(x+x+)+y` backtracks for minutes on a long line)."""
+
+
 def extract_answer(completion: str, pattern: str | None = None) -> str:
     """The answer in a completion: its first non-empty line, without an `Answer:` label, narrowed
-    to the `answer` group of `pattern` when the line matches it."""
+    to the `answer` group of `pattern` when the line matches it (within PATTERN_TIMEOUT_S; a line
+    the pattern cannot finish on is taken whole)."""
     line = next((line for line in completion.strip().splitlines() if line.strip()), "")
     line = _ANSWER_PREFIX.sub("", line).strip()
-    if pattern is not None and (match := re.fullmatch(pattern, line, re.IGNORECASE)):
-        return match.group("answer").strip()
-    return line
+    if pattern is None:
+        return line
+    try:
+        match = regex.fullmatch(pattern, line, regex.IGNORECASE, timeout=PATTERN_TIMEOUT_S)
+    except TimeoutError:
+        return line
+    return match.group("answer").strip() if match else line
 
 
 _PUNCTUATION = str.maketrans(dict.fromkeys(string.punctuation + "\u2019\u2018\u201c\u201d", " "))

@@ -433,7 +433,7 @@ class DatasetTasks(Environment):
     """Tasks from the rows of one or several datasets (see the module's docstring)."""
 
     name = "dataset"
-    packages = ("datasets", "pyarrow", "regex")
+    packages = ("datasets", "huggingface-hub", "pyarrow", "regex")
     order_option = "order_by"
 
     def __init__(self, path: str | list[str] | None = None, subset: str | None = None, split: str = "train",

@@ -12,16 +12,23 @@ Options:
     flags: Python's inline flag letters, any of "i" (ignore case), "m" (^ and $ at every line),
         "s" (. matches a newline), "x" (verbose), "a" (ASCII classes); default none.
     last: True (default): the last match in the reply; False: the first.
+
+The pattern runs on each reply for at most `PATTERN_TIMEOUT_S` (the `regex` module's time limit;
+Python's `re` has none, and a pattern such as `(x+x+)+y` backtracks for minutes on a long reply): a
+reply it cannot finish on fails, and says so.
 """
 
 from __future__ import annotations
 
 import re
 
-from envs.base import Task, normalize
+import regex
+
+from envs.base import PATTERN_TIMEOUT_S, Task, normalize
 from envs.scorers import Scorer, Verdict, require_text
 
-_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "a": re.ASCII}
+_FLAGS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL, "x": regex.VERBOSE,
+          "a": regex.ASCII}
 _SHOWN = 200
 
 
@@ -39,8 +46,9 @@ class Regex(Scorer):
         for letter in flags:
             compiled_flags |= _FLAGS[letter]
         try:
-            self.pattern = re.compile(pattern, compiled_flags)
-        except re.error as error:
+            re.compile(pattern)  # Python's syntax, as documented; the regex module runs it
+            self.pattern = regex.compile(pattern, compiled_flags)
+        except (re.error, regex.error) as error:
             raise ValueError(f"scorer regex: pattern {pattern!r} is not a regular expression ({error})") \
                 from None
         self.last = last
@@ -50,7 +58,11 @@ class Regex(Scorer):
 
     def score(self, reply: str, task: Task) -> Verdict:
         try:
-            matches = list(self.pattern.finditer(reply))
+            matches = list(self.pattern.finditer(reply, timeout=PATTERN_TIMEOUT_S))
+        except TimeoutError:
+            return Verdict(score=0.0, success=False, response=None,
+                           reason=f"the pattern took over {PATTERN_TIMEOUT_S:g} s on the reply "
+                                  "(it backtracks without end: simplify it)")
         except Exception as error:  # not text: never raise on a reply
             return Verdict(score=0.0, success=False, response=None,
                            reason=f"unreadable reply ({type(error).__name__})")

@@ -219,18 +219,22 @@ def ray_session(settings: RaySettings, namespace: str | None = None
         yield _started
     finally:
         _started = None
-        # Of a Ray this command started, nothing outlives it, and nothing of it is needed once the
-        # driver has disconnected (the tables were closed by the writer actor before this): its
-        # processes are killed all at once. ray.shutdown would end them one after another, a SIGTERM
-        # and up to a second's wait each (1.4 s here), and its agents (dashboard, runtime env) outlive
-        # it by a minute otherwise. A cluster's processes are not ours to end.
-        processes = signals.ray_processes() if ours else []
-        node = ray._private.worker._global_node if ours else None
-        if node is not None:
-            if node.is_head():
-                node.destroy_external_storage()  # objects Ray spilled to disk
-            ray._private.worker._global_node = None  # ray.shutdown: disconnect the driver only
-        ray.shutdown()
-        signals.install()  # ray.shutdown left SIGTERM at the kernel's default (Python still names ours)
-        signals.end_leftovers(processes)
+        _end_ray(ours)
         forget()
+
+
+def _end_ray(ours: bool) -> None:
+    """Disconnect; and of a Ray this command started, end every process. Nothing of it is needed once
+    the driver has disconnected (the writer actor closed the tables before), so they are killed all
+    at once: ray.shutdown would end them one after another, a SIGTERM and up to a second's wait each
+    (1.4 s here), and its agents (dashboard, runtime env) outlive it by a minute otherwise. A
+    cluster's processes are not ours to end."""
+    processes = signals.ray_processes() if ours else []
+    node = ray._private.worker._global_node if ours else None
+    if node is not None:
+        if node.is_head():
+            node.destroy_external_storage()  # objects Ray spilled to disk
+        ray._private.worker._global_node = None  # so that ray.shutdown disconnects the driver only
+    ray.shutdown()
+    signals.install()  # ray.shutdown left SIGTERM at the kernel's default (Python still names ours)
+    signals.end_leftovers(processes)

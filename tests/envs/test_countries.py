@@ -69,3 +69,9 @@ def test_normalize_folds_case_accents_punctuation_and_spaces():
     assert normalize("  São-Tomé. ") == normalize("sao tome") == "sao tome"
     assert normalize("Nuku\u2019alofa") == normalize("Nuku'alofa")
     assert extract_answer("\n\n final answer: Rome \nmore") == "Rome"
+
+
+def test_a_tasks_answer_pattern_that_backtracks_without_end_takes_the_line_whole():
+    line = "x" * 5000
+    assert extract_answer(line, r"(?P<answer>(x+x+)+)y") == line
+    assert extract_answer("Answer: the capital is Rome", r"the capital is (?P<answer>\w+)") == "Rome"

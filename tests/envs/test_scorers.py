@@ -91,6 +91,12 @@ def test_regex(options, the_task, reply, success):
     assert verdict.success is success, verdict
 
 
+def test_a_pattern_that_backtracks_without_end_on_a_reply_fails_that_reply_within_its_time_limit():
+    """`(x+x+)+y` on 5,000 x's: Python's `re` would run for longer than the universe has."""
+    verdict = judged(scorer({"name": "regex", "pattern": r"(x+x+)+y"}).score("x" * 5000, task("y")))
+    assert verdict.reason == "the pattern took over 1 s on the reply (it backtracks without end: simplify it)"
+
+
 # ----------------------------------------------------------------------------------------- numeric
 
 NUMERIC = [
