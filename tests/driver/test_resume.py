@@ -12,6 +12,7 @@ import pytest
 
 from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.writer import TableWriter
+from tests import tiers
 from tests.processes import (
     kill_9,
     session_processes,
@@ -41,6 +42,7 @@ def wait_for_some_episodes(run_dir: Path, at_least: int) -> None:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts_processes
 def reference(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     process = start(run_dir, tmp_path_factory.mktemp("cache-ref"))

@@ -17,6 +17,7 @@ from harness.driver.startup import changed_modules
 from harness.driver.warm_pool import LEASE_TIMEOUT_S, Lease, WarmState, read_state, usable_state, write_state
 from harness.errors import RunAborted
 from harness.tables.reading import read_table
+from tests import tiers
 from tests.processes import ROOT, session_processes, start_cli, stop_session, wait_for
 from tests.processes import wait_until_session_gone as all_gone
 
@@ -40,6 +41,7 @@ def rows(sweep: Path, job: str, name: str) -> pl.DataFrame:
 
 
 @pytest.fixture
+@tiers.starts_processes
 def warm_pool(tmp_path):
     """A warm pool of one agent worker that stops itself after 15 s without a lease (stopped, and its
     processes killed, after the test should it still run)."""
