@@ -58,8 +58,9 @@ def starts_processes(fixture: F) -> F:
     return fixture
 
 
-PROCESS_ENVS = ("scienceworld",)
-"""Environments whose simulator is a process of its own (ScienceWorld's JVM)."""
+PROCESS_ENVS = ("scienceworld", "textworld")
+"""Environments that start processes: ScienceWorld's JVM, and TextWorld's game compiler (Inform 7's
+`ni`, for every game its cache does not hold yet: a cold cache, a fresh machine)."""
 
 
 def env_params(envs: Iterable[str]) -> list[Any]:

@@ -61,6 +61,7 @@ def test_the_banner_is_stripped_and_the_text_kept():
     assert strip_banner(text) == "You are hungry! Let's cook.\n\n-= Kitchen =-"
 
 
+@pytest.mark.slow  # compiles the games (Inform 7's `ni`) where `env` has not already
 def test_a_multi_step_run_records_steps_that_add_up_to_the_act_tokens(cache):
     run = run_variant("env=textworld", f"env.cache_dir={cache}", "env.num_games=2", "env.seed=5",
                       "env.max_steps=4", "stream.num_tasks=2", "stream.tuning_size=0")
