@@ -44,8 +44,11 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
                           "resume with the config that wrote them, or choose a new directory")
     # Also when no episode finished: a run stopped during its first episodes leaves their calls.
     dropped = drop_orphans(run_dir, finished)
+    # Also with nothing finished or dropped: a run stopped before its first episode has its runs rows.
+    runs = read_table(run_dir, RunRow.table)
+    described = frozenset(runs.get_column("run_id", default=pl.Series([])).to_list())
     if not finished and not dropped:
-        return ResumePlan(specs)
+        return ResumePlan(specs, described_runs=described)
     specs = [s.model_copy(update={"finished": sorted(set(planned[s.run_id]) & finished)}) for s in specs]
     written = sum(len(s.finished) for s in specs)
     left = sum(expected_episodes(s) - len(s.finished) for s in specs)
@@ -53,8 +56,7 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
           + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
     previous = run_dir / "manifest.json"
     resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
-    described = read_table(run_dir, RunRow.table).get_column("run_id", default=pl.Series([])).to_list()
-    return ResumePlan(specs, resumes, frozenset(described))
+    return ResumePlan(specs, resumes, described)
 
 
 def close_finished(run_dir: Path) -> None:

@@ -155,6 +155,27 @@ def test_a_fresh_directory_is_no_resume(tmp_path):
     assert (resume.specs, resume.resumes, resume.described_runs) == (specs, 0, frozenset())
 
 
+
+def test_a_run_stopped_before_its_first_episode_keeps_the_one_runs_row_it_wrote(tmp_path):
+    """A resume writes no second `runs` row for an agent run already described, also when nothing of it
+    finished and nothing was set aside (a disk that filled before its first episode)."""
+    import datetime as dt
+
+    from harness.agent_run.plan import build_plan
+    from harness.driver.resume import plan_resume
+    from harness.tables.records import RunRow
+    from tests.conftest import scripted_settings
+
+    specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
+    writer = TableWriter(tmp_path, flush_interval_s=3600)
+    writer.append("runs", [RunRow(run_id=specs[0].run_id, variant="baseline", env="countries", seed=0,
+                                  order_seed=0, scenario="sequential", model="scripted", job=None,
+                                  overrides="", model_params="{}", settings="{}",
+                                  started_at=dt.datetime.now(dt.UTC)).model_dump()])
+    writer.close()
+    resume = plan_resume(specs, tmp_path)
+    assert resume.resumes == 0 and resume.described_runs == {specs[0].run_id}
+
 def test_a_run_written_before_a_column_was_added_resumes_into_one_table_of_todays_schema(ray_session,
                                                                                          tmp_path):
     """A directory of schema 6 (no `episodes.task_metadata`), stopped after two of its three episodes,
