@@ -271,8 +271,9 @@ def nonfinite_answer(value: Any) -> str | None:
 
 
 PATTERN_TIMEOUT_S = 1.0
-"""How long a task's or a scorer's pattern may run on one reply (the `regex` module's time limit:
-Python's `re` has none, and a pattern such as `(x+x+)+y` backtracks for minutes on a long line)."""
+"""How long a pattern (a task's answer_pattern, the regex scorer's, env=dataset's answer_regex) may run
+on one text (the `regex` module's time limit: Python's `re` has none, and a pattern such as
+`(x+x+)+y` backtracks for minutes on a long line)."""
 
 
 def extract_answer(completion: str, pattern: str | None = None) -> str:

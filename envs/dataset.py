@@ -33,7 +33,7 @@ from typing import Any
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from envs.base import EnvEpisode, Environment, SingleTurnEpisode, Task, nonfinite_answer
+from envs.base import PATTERN_TIMEOUT_S, EnvEpisode, Environment, SingleTurnEpisode, Task, nonfinite_answer
 from envs.scorers import scorer as make_scorer
 
 BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}
@@ -46,8 +46,6 @@ SCHEMA = "schema"
 CHECK_UP_FRONT_S = 2.0
 """Seconds the scorer checks references while the dataset is read; the rest are checked as the planner
 draws their tasks, before the run starts (math-verify takes ~2 ms a reference: 200,000 took minutes)."""
-REGEX_TIMEOUT_S = 1.0
-"""Seconds `fields.answer_regex` may take on one reference."""
 
 
 def template_names(template: str) -> set[str]:
@@ -385,7 +383,7 @@ def read_source(path: str, subset: str | None, split: str, revision: str | None)
             raise ValueError(f"env.path: {found}") from None
         hint = (" (HF_HUB_OFFLINE is set: only a dataset already in the Hugging Face cache can be read)"
                 if datasets.config.HF_HUB_OFFLINE and not local.exists() else "")
-        if not files and not local.exists() and unreachable is not None:
+        if unreachable is not None:  # set only for a hub id
             hint = (f" (the hub cannot be reached, {unreachable}: only a dataset already in the Hugging Face "
                     "cache can be read)")
         message = " ".join(str(error).split()) or type(error).__name__
@@ -687,12 +685,12 @@ def _an_answer(value: Any) -> None:
 
 
 def _search(pattern: str, value: str) -> Any:
-    """`fields.answer_regex` searched in a reference, for at most `REGEX_TIMEOUT_S` (Python's `re`
+    """`fields.answer_regex` searched in a reference, for at most `PATTERN_TIMEOUT_S` (Python's `re`
     has no bound: a pattern such as `(x+x+)+y` backtracks for minutes on one answer)."""
     try:
-        return regex.search(pattern, value, regex.MULTILINE, timeout=REGEX_TIMEOUT_S)
+        return regex.search(pattern, value, regex.MULTILINE, timeout=PATTERN_TIMEOUT_S)
     except TimeoutError:
-        raise RowError("answer", f"answer_regex {pattern!r} took over {REGEX_TIMEOUT_S:g} s on "
+        raise RowError("answer", f"answer_regex {pattern!r} took over {PATTERN_TIMEOUT_S:g} s on "
                                  f"{value[-60:]!r} (it backtracks without end: simplify it)") from None
 
 

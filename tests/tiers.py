@@ -8,7 +8,9 @@
 `python -m pytest -m "not slow"` is the inner loop. tests/conftest.py records every process a test
 starts (`subprocess.Popen`, which Ray, asyncio and the harness all go through) and every real-model
 import noted by tests/tier_probe/sitecustomize.py in the processes below it, and fails a test whose
-marks do not cover what it did, naming the mark it needs.
+marks do not cover what it did, naming the mark it needs. A fixture that starts processes says so
+(`@starts_processes`): every test that uses it is slow, whichever test happened to set it up, and a
+fixture that starts them without saying so fails the test that set it up.
 """
 
 from __future__ import annotations
@@ -37,12 +39,17 @@ CHEAP_TOOLS = ("git", "uname", "mount", "umount")
 openai SDK calls), a test's small tmpfs. And `java -version`, env=scienceworld's check of its Java."""
 
 
+def _argv(argv: Sequence[str] | str) -> list[str]:
+    """A Popen's `args` as a list (a string is a shell command line, or a program alone)."""
+    return [str(argv)] if isinstance(argv, (str, bytes)) else [os.fspath(a) for a in argv]
+
+
 def is_cheap_child(argv: Sequence[str] | str) -> bool:
     """A process an unmarked test may start: a Python snippet (`python -c`: the sandbox's isolated
     interpreter, the math scorer's helper, a process holding something for a test) or a CHEAP_TOOLS
     tool. A module or script (`python -m harness`, an outside agent), Ray, a server, a JVM or a browser
     is not."""
-    args = [os.fspath(a) for a in argv] if not isinstance(argv, (str, bytes)) else [str(argv)]
+    args = _argv(argv)
     if not args:
         return True
     if args[0] == sys.executable:
@@ -73,7 +80,7 @@ def declares_processes(function: Any) -> bool:
 
 
 def shown(argv: Sequence[str] | str) -> str:
-    args = [os.fspath(a) for a in argv] if not isinstance(argv, (str, bytes)) else [str(argv)]
+    args = _argv(argv)
     text = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(args))
     return text if len(text) <= 120 else text[:117] + "..."
 
