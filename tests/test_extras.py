@@ -306,3 +306,17 @@ def test_with_a_provider_key_set_the_missing_local_model_names_a_model_for_it(mo
         monkeypatch.delenv(key, raising=False)
     assert extras._api_model_instead() == ("; or use the ANTHROPIC_API_KEY you have set: "
                                            "model=litellm model.name=anthropic/claude-3-5-haiku-latest")
+
+
+@pytest.mark.slow
+def test_in_a_sweep_a_job_that_misses_an_extra_fails_alone_wherever_it_stands(tmp_path):
+    """`-m env=textworld,countries` without textworld: the countries job runs and the textworld job
+    fails in its one line, as with the jobs the other way round."""
+    environment = absent(tmp_path, list(EXTRAS["textworld"].modules))
+    result = subprocess.run([sys.executable, "-m", "harness", "-m", "env=textworld,countries",
+                             "model=scripted", "embedder=hashing", "stream.num_tasks=2", *QUIET,
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, env=environment)
+    output = result.stdout + result.stderr
+    assert "2 jobs, 1 completed, 1 failed" in output, output
+    assert 'env=textworld needs the textworld extra: pip install "harness[textworld]"' in output

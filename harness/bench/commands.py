@@ -16,7 +16,6 @@ from pathlib import Path
 from harness.bench.common import ROOT
 from harness.bench.fake_chat import MODEL, ServerProcess
 from harness.bench.meter import ProcessMeter, kill_session, wait_unreaped
-from harness.driver.warm_pool import read_state
 
 GIB = 2**30
 
@@ -39,6 +38,8 @@ class WarmPoolProcess:
         started = subprocess.run([sys.executable, "-m", "harness.warm", "start", "--state",
                                   str(self.state_path), "--dashboard" if dashboard else "--no-dashboard"],
                                  cwd=ROOT, capture_output=True, text=True, timeout=600)
+        from harness.driver.warm_pool import read_state  # brings Ray: only where a warm pool is used
+
         state = read_state(self.state_path)
         if started.returncode != 0 or state is None:
             raise RuntimeError(f"the warm pool did not start: {started.stdout}{started.stderr}")
@@ -48,6 +49,8 @@ class WarmPoolProcess:
         return ["ray.address=warm", f"ray.warm_pool={self.state_path}"]
 
     def wait_ready(self, timeout_s: float = 300) -> None:
+        from harness.driver.warm_pool import read_state  # brings Ray: only where a warm pool is used
+
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             state = read_state(self.state_path)

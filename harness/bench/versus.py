@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import shutil
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from harness.bench.common import table
 from harness.bench.fake_chat import MODEL, ServerProcess
 from harness.bench.sweep import read_results
 from harness.driver.startup import STAGES
+from harness.extras import EXTRAS
 
 INSTALL = "pip install inspect-ai  (or: pip install -e '.[inspect]')"
 
@@ -68,7 +68,7 @@ INSPECT_TASK = textwrap.dedent('''
 
 
 def inspect_available() -> bool:
-    return importlib.util.find_spec("inspect_ai") is not None and shutil.which("inspect") is not None
+    return EXTRAS["inspect"].installed and shutil.which("inspect") is not None
 
 
 def harness_argv(server: ServerProcess, runs: int, calls: int, cap: int, out: Path) -> list[str]:

@@ -189,10 +189,9 @@ class Sweep:
         while numbered and not any(settings for _, settings in composed):
             composed.append(self._compose(*numbered.pop(0), limits_name))
         first = next((settings for _, settings in composed if settings is not None), None)
-        if first is None:  # no job can run: say why, as a single run would
-            HarnessConfig.from_dictconfig(composed[0][0])
+        if first is None:  # no job can run: say why (a bad value, a missing extra), as a single run would
+            extras.check(HarnessConfig.from_dictconfig(composed[0][0]))
         assert first is not None
-        extras.check(first)  # an extra it needs and does not have: one line, before Ray starts
         startup.mark("composed")  # the first job's config: Ray starts with its settings
 
         def models_of_every_job() -> list[EndpointSettings]:  # while the pool's workers import litellm
@@ -224,14 +223,17 @@ class Sweep:
     def _compose(self, index: int, overrides: Sequence[str], limits_name: str
                  ) -> tuple[DictConfig, HarnessConfig | None]:
         """The job's composed config (told it is part of this sweep: `ray.limits`), and its settings
-        if they are valid (else the job itself reports its bad value)."""
+        if they are valid and every extra they need is installed (else the job itself reports why, in
+        one line, and the sweep's other jobs run)."""
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config):
             config.hydra.job.id = config.hydra.job.num = index
             config.ray.limits, config.progress = limits_name, False
         log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
         try:
-            return config, HarnessConfig.from_dictconfig(config)
+            settings = HarnessConfig.from_dictconfig(config)
+            extras.check(settings)
+            return config, settings
         except ConfigError:
             return config, None
 
