@@ -31,7 +31,7 @@ from harness.config import EndpointSettings, HarnessConfig
 from harness.driver.metrics import JobLabels, MetricsExporter
 from harness.driver.preflight import CheckedParams, check_models
 from harness.models.limits import SharedLimits
-from harness.models.minilm import MINILM_PREFIX, MiniLMService
+from harness.models.minilm import MiniLMService
 from harness.tables.writer import TableWriter, UnwritableRows
 
 
@@ -213,8 +213,7 @@ class AgentWorker:
         gateway = Gateway([], servers, limits=self.limits)
         node = ray.get_runtime_context().get_node_id()
         with contextlib.suppress(ValueError):  # no service on this node (it joined later): load here
-            service = ray.get_actor(MiniLMService.actor_name(self._limits_name, node))
-            gateway.in_process[MINILM_PREFIX].use_service(service)
+            gateway.use_embedding_service(ray.get_actor(MiniLMService.actor_name(self._limits_name, node)))
         self.gateway = gateway
 
     def reclaim(self, key: str) -> None:

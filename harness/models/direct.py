@@ -16,28 +16,121 @@ request itself over one pooled aiohttp session instead, and keeps litellm for wh
 
 Requests litellm would change in ways this path does not (content blocks, non-standard
 parameters) go through litellm as before.
+
+litellm itself (seconds to import) is imported only where a call needs it: an agent worker sends
+its calls here without it when the job comes with each model's `ParamMap`, worked out by the driver's
+model check (harness/driver/preflight.py) with litellm's own `get_optional_params`; an error reply, a
+parameter the map does not cover, or a reply that may have a price in litellm's map import it then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-import httpx
-import litellm
-import openai
-from litellm.utils import get_optional_params
 
 PROVIDER = "openai"
-PASSED_AS_THEY_ARE = frozenset(litellm.OPENAI_CHAT_COMPLETION_PARAMS) - {
+NOT_SENT_HERE = frozenset({
     "stream", "stream_options", "api_base", "api_version", "api_key", "base_url", "deployment_id",
-    "organization", "default_headers", "extra_headers", "timeout", "request_timeout", "max_retries"}
-"""Parameters this path sends (as litellm maps them); a call with any other goes through litellm."""
+    "organization", "default_headers", "extra_headers", "timeout", "request_timeout", "max_retries"})
+"""litellm's OpenAI parameters that are not the request body's: a call with one goes through litellm."""
+PROBES: dict[str, Any] = {
+    "temperature": 0.5, "top_p": 0.9, "max_tokens": 16, "max_completion_tokens": 16, "seed": 1, "n": 1,
+    "stop": ["\n\n"], "presence_penalty": 0.1, "frequency_penalty": 0.1, "logit_bias": {"50256": -1},
+    "logprobs": True, "top_logprobs": 2, "user": "someone", "response_format": {"type": "json_object"},
+    "tools": [{"type": "function", "function": {"name": "probe", "description": "A probe.", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string"}}}}}],
+    "tool_choice": "auto", "parallel_tool_calls": False, "reasoning_effort": "low", "store": False,
+    "service_tier": "auto"}
+"""A value for each parameter a `ParamMap` may cover: litellm's mapping of it, for a model, is probed
+with it (the mapping of these is by key, whatever the value, but for None, which is left out)."""
+
+
+@functools.cache
+def passed_as_they_are() -> frozenset[str]:
+    """Parameters this path sends (as litellm maps them); a call with any other goes through litellm."""
+    import litellm
+
+    return frozenset(litellm.OPENAI_CHAT_COMPLETION_PARAMS) - NOT_SENT_HERE
+
+
+@dataclass(frozen=True)
+class ParamMap:
+    """How litellm's `get_optional_params` maps one model's parameters for the openai provider, as far
+    as it sends them as they are: a worker sends those without importing litellm."""
+
+    model: str
+    """The model as the server knows it (the route without its `openai/`)."""
+    unchanged: frozenset[str]
+    """The parameters litellm sends as given (a None value aside, which it leaves out)."""
+
+    def body(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The parameters as litellm would send them, or None where this map cannot say."""
+        if (params.keys() <= self.unchanged and all(value is not None for value in params.values())
+                and not {"max_tokens", "max_completion_tokens"} <= params.keys()):  # probed apart
+            return dict(params)
+        return None
+
+
+def param_map(route: str) -> ParamMap | None:
+    """What litellm sends as given for this `openai/` model, probed parameter by parameter and all
+    together (imports litellm); None where it changes them together otherwise."""
+    from litellm.utils import get_optional_params
+
+    model = route.split("/", 1)[1]
+
+    def mapped(params: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return _as_sent(get_optional_params(model=model, custom_llm_provider=PROVIDER, **params))
+        except Exception:  # refused: the call goes through litellm, which says so
+            return None
+
+    probes = {key: value for key, value in PROBES.items() if key in passed_as_they_are()}
+    unchanged = {key for key, value in probes.items() if mapped({key: value}) == {key: value}}
+    together = {key: probes[key] for key in unchanged if key != "max_completion_tokens"}
+    if mapped(together) != together:
+        return None
+    return ParamMap(model, frozenset(unchanged))
+
+
+def may_have_a_price(model: str) -> bool:
+    """Whether litellm's price map (the copy it ships, which the harness has it read: HARNESS_ENV's
+    LITELLM_LOCAL_MODEL_COST_MAP) may price a reply of `model`: one of its names is part of this
+    one, or this one part of it. Read without importing litellm, so that a reply no map knows (a
+    local model's) is left unpriced (None) as litellm would leave it, without litellm."""
+    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "").lower() != "true":
+        return True  # litellm fetches its map: only it knows what is there
+    name = model.lower().rsplit("/", 1)[-1]
+    return not name or any(known in name or name in known for known in _priced_names())
+
+
+@functools.cache
+def _priced_names() -> frozenset[str]:
+    spec = importlib.util.find_spec("litellm")  # found, not imported
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = os.path.join(folder, "model_prices_and_context_window_backup.json")
+        if os.path.exists(path):
+            with open(path) as prices:
+                return frozenset(filter(None, (key.lower().rsplit("/", 1)[-1] for key in json.load(prices))))
+    return frozenset({""})  # no map found: anything may have a price (litellm is asked)
+
+
+def _as_sent(mapped: dict[str, Any]) -> dict[str, Any]:
+    """litellm's mapped parameters as the request body carries them."""
+    mapped = dict(mapped)
+    extra = mapped.pop("extra_body", None) or {}
+    if mapped.get("stream") is False:  # what litellm leaves out, as the SDK does
+        del mapped["stream"]
+    return {**mapped, **extra}
 
 
 @dataclass(frozen=True)
@@ -57,13 +150,18 @@ class DirectChat:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
         """litellm's mapping of each model's parameters, by (model, the parameters as JSON)."""
+        self.param_maps: dict[str, ParamMap] = {}
+        """By model: what litellm sends as given, known without it (`ParamMap`)."""
 
-    @staticmethod
-    def takes(route: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> bool:
+    def takes(self, route: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> bool:
         """Whether this path sends the call exactly as litellm would."""
-        return (route.startswith(f"{PROVIDER}/") and params.keys() <= PASSED_AS_THEY_ARE
-                and all(isinstance(m.get("content"), str | None) and m.keys() <= _MESSAGE_KEYS
-                        for m in messages))
+        if not route.startswith(f"{PROVIDER}/") or not all(
+                isinstance(m.get("content"), str | None) and m.keys() <= _MESSAGE_KEYS for m in messages):
+            return False
+        known = self.param_maps.get(route.split("/", 1)[1])
+        if known is not None and params.keys() <= known.unchanged:
+            return True
+        return params.keys() <= passed_as_they_are()
 
     async def complete(self, route: str, api_base: str, api_key: str | None, timeout_s: float,
                        messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
@@ -88,13 +186,15 @@ class DirectChat:
         return _attributes(data)
 
     def _mapped(self, model: str, params: dict[str, Any]) -> dict[str, Any]:
+        known = self.param_maps.get(model)
+        if known is not None and (body := known.body(params)) is not None:
+            return body
         key = (model, json.dumps(params, sort_keys=True, default=str))
         if key not in self._bodies:
-            mapped = get_optional_params(model=model, custom_llm_provider=PROVIDER, **params)
-            extra = mapped.pop("extra_body", None) or {}
-            if mapped.get("stream") is False:  # what litellm leaves out, as the SDK does
-                del mapped["stream"]
-            self._bodies[key] = {**mapped, **extra}
+            from litellm.utils import get_optional_params
+
+            self._bodies[key] = _as_sent(get_optional_params(model=model, custom_llm_provider=PROVIDER,
+                                                             **params))
             if len(self._bodies) > 4096:  # per-call seeds make new keys: keep the newest
                 del self._bodies[next(iter(self._bodies))]
         return self._bodies[key]
@@ -162,12 +262,16 @@ def as_json(value: Any) -> Any:
 
 
 async def _replay(route: str, api_base: str, api_key: str | None, messages: list[dict[str, Any]],
-                  params: dict[str, Any], answered: HttpReply | httpx.TransportError) -> Any:
+                  params: dict[str, Any], answered: HttpReply | Exception) -> Any:
     """Hand `answered` (a reply, or the failure to get one) to litellm as though its own request had
     met it: it raises its error for it, or (a success this path did not read) returns its reply."""
 
+    import httpx
+    import litellm
+    import openai
+
     def reply(request: httpx.Request) -> httpx.Response:
-        if isinstance(answered, httpx.TransportError):
+        if isinstance(answered, Exception):  # httpx's TransportError (`_no_reply`)
             raise answered
         return httpx.Response(answered.status, headers=answered.headers, content=answered.body,
                               request=request)
@@ -181,8 +285,10 @@ async def _replay(route: str, api_base: str, api_key: str | None, messages: list
         await client.close()
 
 
-def _no_reply(failure: BaseException) -> httpx.TransportError:
+def _no_reply(failure: BaseException) -> Exception:
     """The request's failure as httpx (which litellm's OpenAI client uses) would have met it."""
+    import httpx
+
     message = f"{type(failure).__name__}: {failure}"
     if isinstance(failure, TimeoutError | aiohttp.ServerTimeoutError):
         return httpx.ReadTimeout(message)

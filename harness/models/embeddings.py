@@ -21,7 +21,7 @@ from typing import Any
 import litellm
 from litellm.types.utils import EmbeddingResponse
 
-from harness.models.minilm import MINILM_PREFIX, MiniLMBatcher
+from harness.models.minilm import MiniLMBatcher
 from harness.models.providers import InProcessProvider
 
 _WORD = re.compile(r"\w+")
@@ -78,5 +78,3 @@ class MiniLMEmbedding(InProcessProvider):
             vectors, tokens = await self._local.encode(texts)
         return _fill(model_response, model, vectors, tokens)
 
-
-PROVIDERS: dict[str, type[InProcessProvider]] = {"hashing": HashingEmbedding, MINILM_PREFIX: MiniLMEmbedding}

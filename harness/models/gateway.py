@@ -4,23 +4,29 @@ Every call is sent through litellm, held to the model's concurrency limit, retri
 exponential backoff on rate limits, timeouts and connection errors, and accounted in one `LLMCall`
 record: tokens (the provider's, or counted when it reports none), dollars, latency, retries, error.
 A failed call comes back as a record with its error; it never raises into the agent's worker.
+
+litellm is imported where it is first needed (`_litellm`: seconds of CPU), not with this module: a
+worker whose calls all go on the lean path (harness/models/direct.py) with the `ParamMap`s its job
+brought never imports it; the in-process providers, which are litellm's custom providers, import it
+when a model of theirs is registered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
+import importlib
 import logging
 import os
 import random
+import sys
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
-
-import litellm
 
 from envs.tool_calls import ToolCall
 from harness.clock import utc_now
@@ -35,53 +41,84 @@ from harness.config import (
 from harness.errors import one_line
 from harness.models.cache import CachedAnswer, ResponseCache, cacheable, request_key
 from harness.models.direct import PROVIDER as DIRECT_PROVIDER
-from harness.models.direct import DirectChat
+from harness.models.direct import DirectChat, ParamMap, may_have_a_price
 from harness.models.direct import as_json as _as_json
-from harness.models.embeddings import PROVIDERS as EMBEDDING_PROVIDERS
 from harness.models.limits import Limits, LocalLimits
+from harness.models.minilm import MINILM_PREFIX
 from harness.models.model_client import CallRequest, CallResult, GatewayUnavailable
-from harness.models.providers import InProcessProvider
-from harness.models.scripted import PROVIDERS as SCRIPTED_PROVIDERS
 from harness.tables.records import LLMCall
 from harness.text import safe_text
 
-litellm.suppress_debug_info = True
 log = logging.getLogger(__name__)
 
-FATAL = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
-"""Errors that say the model cannot be used at all (bad key, no access, no such model): never
-retried, and they stop the run (see harness.models.model_client.ModelUnavailable)."""
-FATAL_ERRORS = tuple(f"{kind.__name__}:" for kind in FATAL)
-RETRYABLE = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
-             litellm.InternalServerError, litellm.ServiceUnavailableError)
+FATAL_ERRORS = ("AuthenticationError:", "PermissionDeniedError:", "NotFoundError:")
+"""litellm's errors that say the model cannot be used at all (bad key, no access, no such model), as
+a record's error starts: never retried, and they stop the run (harness.models.model_client's
+ModelUnavailable)."""
+RETRYABLE = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError",
+             "ServiceUnavailableError")
+"""litellm's errors retried with back-off (by name: a litellm error is raised only where it is loaded)."""
 MAX_BACKOFF_S = 30.0
 LOCAL_API_KEY = "no-key-needed"
 NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0,
                          cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0)
-IN_PROCESS: dict[str, type[InProcessProvider]] = {**EMBEDDING_PROVIDERS, **SCRIPTED_PROVIDERS}
+IN_PROCESS: dict[str, str] = {"scripted": "harness.models.scripted:ScriptedRouter",
+                              "hashing": "harness.models.embeddings:HashingEmbedding",
+                              MINILM_PREFIX: "harness.models.embeddings:MiniLMEmbedding"}
 """litellm providers that answer inside the gateway's process (harness/models/providers.py), by prefix."""
+_unregistered_prices: dict[str, dict[str, Any]] = {}
+"""Prices the config gives, for litellm's map once it is loaded (`_tell_litellm_the_price`)."""
+
+
+@functools.cache
+def _litellm() -> ModuleType:
+    """litellm, imported the first time a call or a check needs it."""
+    import litellm
+
+    litellm.suppress_debug_info = True
+    if _unregistered_prices:
+        _register_prices(litellm, dict(_unregistered_prices))
+        _unregistered_prices.clear()
+    return litellm
+
+
+def _litellm_loaded() -> bool:
+    return _litellm.cache_info().currsize > 0
 
 
 def _in_process(name: str) -> bool:
     return name.split("/", 1)[0] in IN_PROCESS
 
 
+def _is_litellm_error(error: BaseException, names: tuple[str, ...]) -> bool:
+    """Whether `error` is one of litellm's errors of these names (none is, where litellm is not loaded)."""
+    if "litellm" not in sys.modules:
+        return False
+    litellm = sys.modules["litellm"]
+    return isinstance(error, tuple(getattr(litellm, name) for name in names))
+
+
 async def direct_completion(model: str, messages: list[dict[str, Any]],
                             provider: tuple[str, Any] | None = None, **params: Any) -> Any:
     """litellm called as a plain script calls it, with nothing of the gateway around it: the bench's
     baseline (harness.bench). `provider`: an in-process provider (prefix, handler) to answer it."""
+    litellm = _litellm()
     if provider is not None:
-        prefix, handler = provider
-        litellm.custom_provider_map = [*[p for p in litellm.custom_provider_map if p["provider"] != prefix],
-                                       {"provider": prefix, "custom_handler": handler}]
+        _answer_in_process(litellm, *provider)
     return await litellm.acompletion(model=model, messages=messages, **params)
+
+
+def _answer_in_process(litellm: ModuleType, prefix: str, handler: Any) -> None:
+    """litellm sends the calls of `prefix/...` models to `handler` in this process from now on."""
+    litellm.custom_provider_map = [*[p for p in litellm.custom_provider_map if p["provider"] != prefix],
+                                   {"provider": prefix, "custom_handler": handler}]
 
 
 def supports_function_calling(model: str) -> bool:
     """Whether litellm's model map says the model takes tools natively; a model it does not know
     takes them through the text protocol, which works with any."""
     try:
-        return bool(litellm.supports_function_calling(model=model))
+        return bool(_litellm().supports_function_calling(model=model))
     except Exception:
         return False
 
@@ -89,7 +126,7 @@ def supports_function_calling(model: str) -> bool:
 def knows_price(model: str) -> bool:
     """Whether litellm's price map has the model's input price."""
     try:
-        return litellm.get_model_info(model).get("input_cost_per_token") is not None
+        return _litellm().get_model_info(model).get("input_cost_per_token") is not None
     except Exception:
         return False
 
@@ -98,7 +135,7 @@ def marks_cache(model: str) -> bool:
     """Whether the provider caches a prompt prefix only where the prompt marks it (Anthropic's
     `cache_control`, also behind Bedrock and Vertex): OpenAI-style providers cache by themselves."""
     try:
-        name, provider, _, _ = litellm.get_llm_provider(model)
+        name, provider, _, _ = _litellm().get_llm_provider(model)
     except Exception:
         return False
     return provider == "anthropic" or (provider in ("bedrock", "vertex_ai") and "claude" in name)
@@ -109,6 +146,7 @@ def refused_params(model: str, params: dict[str, Any]) -> dict[str, str]:
     reasoning model's temperature 0, say), each with litellm's reason; none when it takes them
     together. It maps those it can (e.g. max_tokens to max_completion_tokens) itself;
     provider-specific keys go as they are."""
+    litellm = _litellm()
     try:
         name, provider, _, _ = litellm.get_llm_provider(model)
     except Exception:  # check_model_name says what is wrong with the name
@@ -133,7 +171,7 @@ def check_model_name(name: str, field: str = "model.name") -> None:
     if _in_process(name):
         return
     try:
-        litellm.get_llm_provider(name)
+        _litellm().get_llm_provider(name)
     except Exception as error:
         raise ConfigError(f"invalid config: {field}: litellm cannot route {name!r} "
                           f"(unknown provider; expected e.g. openai/gpt-4o-mini): "
@@ -165,28 +203,51 @@ class Gateway:
         self.direct = DirectChat() if direct else None
         self._unpriced: set[str] = set()
         """Models of direct replies that litellm's price map does not know (asked once each)."""
-        self.in_process = {name: make() for name, make in IN_PROCESS.items()}
-        litellm.custom_provider_map = [
-            *[p for p in litellm.custom_provider_map if p["provider"] not in self.in_process],
-            *[{"provider": name, "custom_handler": handler} for name, handler in self.in_process.items()]]
+        self.in_process: dict[str, Any] = {}
+        """The in-process providers this gateway made (`provider`), by prefix."""
+        self._embedding_service: Any = None
         self.register(models, local_servers, answer_key)
 
     def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
-                 answer_key: dict[str, str] | None = None) -> None:
+                 answer_key: dict[str, str] | None = None,
+                 param_maps: Mapping[str, ParamMap] | None = None) -> None:
         """Serve these models too (each model with its settings is an endpoint of its own, so
-        two settings of one model never share limits, answers or cache entries)."""
+        two settings of one model never share limits, answers or cache entries). `param_maps`: what
+        litellm sends as given for the lean path's models (harness/models/direct.py), by model."""
         self.local_servers.update(local_servers or {})
+        if self.direct is not None:
+            self.direct.param_maps.update(param_maps or {})
         for m in models:
             key = endpoint_key(m)
             self.endpoints[key] = m
             self._first_key.setdefault(m.name, key)
-            provider = self.in_process.get(m.name.split("/", 1)[0])
+            prefix = m.name.split("/", 1)[0]
+            provider = self.provider(prefix) if prefix in IN_PROCESS else None
             self._routes[key] = provider.route(key, m.name) if provider is not None else m.name
             if provider is not None:
                 provider.serve(self._routes[key], m.name, m, answer_key or {})
             if m.api_base and not _keys_in_environment(m.name, m.api_base):
                 self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
             _tell_litellm_the_price(m, self._routes[key])
+
+    def provider(self, prefix: str) -> Any:
+        """This gateway's in-process provider of `prefix` (harness/models/providers.py), made and
+        registered with litellm (imported now) on first use; the latest gateway's serves the process."""
+        if prefix not in self.in_process:
+            litellm = _litellm()
+            module, name = IN_PROCESS[prefix].split(":")
+            made = getattr(importlib.import_module(module), name)()
+            if self._embedding_service is not None and prefix == MINILM_PREFIX:
+                made.use_service(self._embedding_service)
+            self.in_process[prefix] = made
+            _answer_in_process(litellm, prefix, made)
+        return self.in_process[prefix]
+
+    def use_embedding_service(self, service: Any) -> None:
+        """Encode with the local MiniLM through this `MiniLMService` actor (a Ray handle), the node's."""
+        self._embedding_service = service
+        if MINILM_PREFIX in self.in_process:
+            self.in_process[MINILM_PREFIX].use_service(service)
 
     def _cache_for(self, request: CallRequest) -> tuple[ResponseCache | None, bool]:
         settings = request.cache or self.default_cache
@@ -292,7 +353,7 @@ class Gateway:
             "api_key": LOCAL_API_KEY if local or key in self._keyless else None,
             "timeout": settings.timeout_s, "num_retries": 0}
         if request.kind == "embed":
-            return litellm.aembedding(input=request.texts, **endpoint, **request.params)
+            return _litellm().aembedding(input=request.texts, **endpoint, **request.params)
         api_key = endpoint["api_key"] or os.environ.get("OPENAI_API_KEY")
         if (self.direct is not None and endpoint["api_base"] and api_key
                 and self.takes_direct(endpoint["model"], request)):
@@ -300,13 +361,12 @@ class Gateway:
                                         request.messages, request.params)
         if _in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
             endpoint["metadata"] = {"purpose": request.purpose}
-        return litellm.acompletion(messages=request.messages, **endpoint, **request.params)
+        return _litellm().acompletion(messages=request.messages, **endpoint, **request.params)
 
-    @staticmethod
-    def takes_direct(route: str, request: CallRequest) -> bool:
+    def takes_direct(self, route: str, request: CallRequest) -> bool:
         """Whether the call goes on the lean path (harness/models/direct.py), given a server."""
-        return (request.kind == "chat" and not _in_process(route)
-                and DirectChat.takes(route, request.messages, request.params))
+        return (self.direct is not None and request.kind == "chat" and not _in_process(route)
+                and self.direct.takes(route, request.messages, request.params))
 
     async def _send_with_retries(self, key: str, settings: EndpointSettings, request: CallRequest
                                  ) -> tuple[Any, int, str | None, float]:
@@ -317,18 +377,18 @@ class Gateway:
             paced_s += await self.limits.pace(key, settings.requests_per_minute)
             try:
                 return await self._send(key, settings, request), retries, None, paced_s
-            except RETRYABLE as error:
+            except Exception as error:
+                if not _is_litellm_error(error, RETRYABLE):  # a bad request or a provider bug
+                    return None, retries, one_line(error), paced_s
                 if retries >= settings.max_retries:
                     return None, retries, one_line(error), paced_s
                 retries += 1
                 backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
                 backoff *= 0.5 + random.random() / 2
-                if isinstance(error, litellm.RateLimitError):
+                if _is_litellm_error(error, ("RateLimitError",)):
                     self.limits.back_off(key, backoff)  # every caller of this model waits, not only this one
                 else:
                     await asyncio.sleep(backoff)
-            except Exception as error:  # a bad request or a provider bug is not retried
-                return None, retries, one_line(error), paced_s
 
     def _cost(self, settings: EndpointSettings, response: Any, answer: CachedAnswer) -> float | None:
         """Each kind of token at its own price: the config's, else litellm's map (its cost function
@@ -340,16 +400,17 @@ class Gateway:
         if isinstance(response, SimpleNamespace):  # a direct reply (harness/models/direct.py)
             return self._direct_cost(response)
         try:
-            return float(litellm.completion_cost(completion_response=response))
+            return float(_litellm().completion_cost(completion_response=response))
         except Exception:  # no price known for this model: unknown, never silently zero
             return None
 
     def _direct_cost(self, response: SimpleNamespace) -> float | None:
         """What litellm's cost function makes of the same reply (priced by the model it names)."""
         model = str(getattr(response, "model", ""))
-        if model in self._unpriced:
+        if model in self._unpriced or not may_have_a_price(model):
             return None
         try:
+            litellm = _litellm()
             reply = litellm.ModelResponse(**_as_json(response))
             return float(litellm.completion_cost(completion_response=reply,
                                                  custom_llm_provider=DIRECT_PROVIDER))
@@ -400,6 +461,7 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None,
                             cost_usd=None, cache_read_tokens=getattr(details, "cached_tokens", None) or 0,
                             cache_write_tokens=written,
                             reasoning_tokens=getattr(thinking, "reasoning_tokens", None) or 0)
+    litellm = _litellm()
     if request.kind == "embed":
         counted = litellm.token_counter(model=model, text=request.texts)
         return CachedAnswer(prompt_tokens=counted, completion_tokens=0, usage_source="counted", cost_usd=None,
@@ -413,8 +475,10 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None,
 
 
 def _keys_in_environment(model: str, api_base: str | None = None) -> bool:
+    if model.startswith(f"{DIRECT_PROVIDER}/"):
+        return "OPENAI_API_KEY" in os.environ  # litellm's check for openai, without litellm (a test holds it)
     try:
-        return bool(litellm.validate_environment(model=model, api_base=api_base)["keys_in_environment"])
+        return bool(_litellm().validate_environment(model=model, api_base=api_base)["keys_in_environment"])
     except Exception:  # a provider litellm cannot check: let the call say what is missing
         return True
 
@@ -424,7 +488,7 @@ def check_credentials(settings: EndpointSettings, field: str) -> None:
     behind `api_base` (a server of the user's own: vLLM, SGLang, llama.cpp) needs none."""
     if settings.api_base or _in_process(settings.name):
         return
-    check = litellm.validate_environment(model=settings.name)
+    check = _litellm().validate_environment(model=settings.name)
     if not check.get("keys_in_environment", True):
         missing = ", ".join(check.get("missing_keys") or ["its API key"])
         raise ConfigError(f"invalid config: {field}: {settings.name} needs {missing}, which is not set; "
@@ -446,17 +510,24 @@ def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
     price = _price(settings)
     if price is None:
         return
+    cache_prices = {name: value for name, value in (
+        ("cache_read_input_token_cost", price.cache_read_per_token),
+        ("cache_creation_input_token_cost", price.cache_write_per_token)) if value is not None}
+    entry = {route: {
+        "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
+        **cache_prices, "litellm_provider": route.split("/", 1)[0],
+        "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}}
+    if _litellm_loaded():
+        _register_prices(_litellm(), entry)
+    else:  # registered when litellm is loaded, if it ever is
+        _unregistered_prices.update(entry)
+
+
+def _register_prices(litellm: ModuleType, entries: dict[str, dict[str, Any]]) -> None:
     quiet = logging.getLogger("LiteLLM")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it warns that cache-token prices default to 0: true, and moot here
     try:
-        cache_prices = {name: value for name, value in (
-            ("cache_read_input_token_cost", price.cache_read_per_token),
-            ("cache_creation_input_token_cost", price.cache_write_per_token)) if value is not None}
-        litellm.register_model({route: {
-            "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
-            **cache_prices,
-            "litellm_provider": route.split("/", 1)[0],
-            "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}})
+        litellm.register_model(entries)
     finally:
         quiet.setLevel(level)

@@ -200,5 +200,3 @@ class ScriptedRouter(InProcessProvider):
     def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:
         raise NotImplementedError("the scripted model is async only: the gateway uses acompletion")
 
-
-PROVIDERS: dict[str, type[InProcessProvider]] = {"scripted": ScriptedRouter}

@@ -130,10 +130,11 @@ def test_calls_litellm_would_send_otherwise_go_through_litellm():
     blocks = CallRequest(model="openai/fake", messages=[{"role": "user", "content": [
         {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
         purpose="act", run_id="r", task_id="t", attempt=1)
-    assert not Gateway.takes_direct("openai/fake", blocks)
-    assert not Gateway.takes_direct("openai/fake", ask("hi", "openai/fake", extra_headers={"X": "1"}))
-    assert not Gateway.takes_direct("anthropic/claude-sonnet-4-5", ask("hi", "anthropic/claude-sonnet-4-5"))
-    assert Gateway.takes_direct("openai/fake", ask("hi", "openai/fake", temperature=0.0, seed=3))
+    gateway = Gateway([])
+    assert not gateway.takes_direct("openai/fake", blocks)
+    assert not gateway.takes_direct("openai/fake", ask("hi", "openai/fake", extra_headers={"X": "1"}))
+    assert not gateway.takes_direct("anthropic/claude-sonnet-4-5", ask("hi", "anthropic/claude-sonnet-4-5"))
+    assert gateway.takes_direct("openai/fake", ask("hi", "openai/fake", temperature=0.0, seed=3))
 
 
 def test_a_reply_slower_than_the_timeout_is_litellms_timeout_retried_as_it_is():
