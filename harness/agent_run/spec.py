@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.base import Task
 from harness.config import BudgetSettings, CacheSettings
+from harness.models.param_map import ParamMap
 
 
 class AgentRunSpec(BaseModel):
@@ -43,7 +44,10 @@ class AgentRunSpec(BaseModel):
     """The system message carries the provider's cache marker (model.prompt_caching)."""
     function_calling: bool | None = False
     """The model takes tools natively; else they go through the JSON-in-text protocol. Null: as
-    litellm's model map says, read on the worker (the driver need not import litellm: seconds)."""
+    litellm's model map says (the model check reads it; else the worker)."""
+    param_map: ParamMap | None = None
+    """What litellm sends of the model's parameters as given, from the model check: the worker sends
+    its calls on the lean path without litellm (harness/models/param_map.py)."""
     embedder: str
     embedder_endpoint: str
     embeds: bool = True

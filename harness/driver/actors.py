@@ -177,12 +177,17 @@ class WorkerReport(BaseModel):
 
 
 class AgentWorker:
-    def __init__(self, hub: str, limits: str) -> None:
+    def __init__(self, hub: str, limits: str, load_litellm: bool = False) -> None:
         """Peers by actor name, not handle: a restarted worker looks them up again (handles passed
         as constructor arguments would live in the object store, which a restart must not rely on).
-        The gateway (and so litellm: seconds) is imported here, so the worker is ready only once
-        that is paid; it is built in `_connect`, which must not block the event loop."""
-        import harness.models.gateway  # noqa: F401
+        The gateway is imported here, so the worker is ready only once that is paid (litellm is not:
+        a job's models import it where they need it, harness/models/gateway.py); it is built in
+        `_connect`, which must not block the event loop. `load_litellm`: import it now too (a warm
+        pool's worker, ready for any model and for the checks of the commands it serves)."""
+        from harness.models import gateway
+
+        if load_litellm:
+            gateway.load_litellm()
 
         self._limits_name = limits
         self.limits: SharedLimits | None = None
@@ -243,8 +248,8 @@ class AgentWorker:
         return seconds
 
     async def check_models(self, settings: HarnessConfig) -> CheckedParams:
-        """A job's preflight model checks (harness/driver/preflight.py), here, where litellm is imported
-        already and the calls will be sent from; the parameters to send."""
+        """A job's preflight model checks (harness/driver/preflight.py), on a warm pool's worker, where
+        litellm is imported already and the calls will be sent from; the parameters to send."""
         return await asyncio.to_thread(check_models, settings)
 
     async def run(self, job: str, specs: list[AgentRunSpec], models: list[EndpointSettings],
@@ -253,7 +258,8 @@ class AgentWorker:
         If one stops the job (its model is unavailable, its disk is full), the others are cancelled:
         the job stops, and a resume runs their unfinished episodes again."""
         await self._connect()
-        self.gateway.register(models, answer_key=answer_key)
+        self.gateway.register(models, answer_key=answer_key,
+                              param_maps={s.param_map.model: s.param_map for s in specs if s.param_map})
         if _restarted():
             # Ray restarted this worker after its process died and retries this call: carry on
             # from what the writer has, as a resume would (replay finished episodes, run the rest).

@@ -39,6 +39,7 @@ from harness.driver import startup
 from harness.driver.lock import exclusive
 from harness.driver.metrics import metrics_endpoint
 from harness.driver.pool import AgentPool
+from harness.driver.preflight import load_litellm_meanwhile, needs_litellm
 from harness.driver.progress import SweepProgress, job_status_line, progress_actor_name, render
 from harness.driver.session import check_alive, resume_hint, start_pool
 from harness.driver.signals import stop_reason
@@ -180,9 +181,9 @@ class Sweep:
 
     def _launch(self, sweep_dir: Path, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
-        """Ray and the pool's workers start with the first valid job's settings, and import
-        litellm while the other jobs' configs are composed; then the models of all jobs are
-        served, and the jobs run."""
+        """Ray and the pool's workers start with the first valid job's settings while the other jobs'
+        configs are composed (and litellm is imported in a thread, where the first job's model checks
+        need it); then the models of all jobs are served, and the jobs run."""
         limits_name = f"harness-sweep-{uuid.uuid4().hex[:8]}"
         numbered = list(enumerate(job_overrides, start=initial_job_idx))
         composed: list[tuple[DictConfig, HarnessConfig | None]] = []
@@ -193,8 +194,10 @@ class Sweep:
             extras.check(HarnessConfig.from_dictconfig(composed[0][0]))
         assert first is not None
         startup.mark("composed")  # the first job's config: Ray starts with its settings
+        if first.ray.address != "warm" and needs_litellm(first):  # its jobs' checks run in this process
+            load_litellm_meanwhile()
 
-        def models_of_every_job() -> list[EndpointSettings]:  # while the pool's workers import litellm
+        def models_of_every_job() -> list[EndpointSettings]:  # while the pool's workers start
             composed.extend(self._compose(index, overrides, limits_name) for index, overrides in numbered)
             # No embedder for a sweep that never embeds; a model of many jobs is served once.
             valid = [settings for _, settings in composed if settings is not None]

@@ -1,7 +1,8 @@
 """The agent pool: the actors that serve every job of a sweep; a single run is a sweep of one.
 
 - agent workers (harness/driver/actors.py), one per CPU of the cluster unless `ray.num_workers` says how
-  many, spread over its nodes; each imports litellm once, holds one gateway replica, and hosts the
+  many, spread over its nodes; each holds one gateway replica (importing litellm only where its jobs'
+  models need it: harness/models/gateway.py), and hosts the
   agent runs of any job as asyncio tasks (an agent run's memory, budget and records stay its own);
 - one writer hub on the driver's node, with a `TableWriter` for each job, writing into the job's
   own directory;
@@ -10,7 +11,7 @@
   model loaded once per node, the requests of all its workers batched into shared forward passes.
 
 So a job costs its plan, its writer, its tables and its resume, not processes: a 64-job sweep
-starts the same few actors as one run, and pays their start-up (litellm's import, a local model's
+starts the same few actors as one run, and pays their start-up (their processes and imports, a local model's
 load) once. Agent runs go to the least loaded workers as jobs submit them. A pool is started in one
 place, for a single run and a sweep alike: harness/driver/session.py `start_pool`.
 """
@@ -76,8 +77,9 @@ class AgentPool:
         return sorted(batches.items())
 
     def check_models(self, settings: HarnessConfig) -> CheckedParams:
-        """The job's preflight model checks, on a worker, which has litellm imported already (the
-        driver need not import it: seconds); a failed check raises here as it would in the driver."""
+        """The job's preflight model checks on a warm pool's worker, which has litellm imported already
+        (the command's driver need not import it: seconds); a failed check raises here as it would in
+        the driver."""
         try:
             return ray.get(self.workers[0].check_models.remote(settings))
         except ray.exceptions.RayTaskError as error:
@@ -92,10 +94,9 @@ class AgentPool:
 def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
                   agent_runs: int | None = None) -> AgentPool:
     """The model limits actor, the writer hub and the agent workers, not waited for: each worker
-    imports litellm (seconds) while the caller goes on (a sweep composes its jobs' configs
+    starts (a process, its imports) while the caller goes on (a sweep composes its jobs' configs
     meanwhile). Before the first job runs, `serve_models` starts what its models need. Never more
-    workers than `agent_runs` (at least that many are coming), as each costs a process and litellm's
-    import."""
+    workers than `agent_runs` (at least that many are coming), as each costs a process."""
     size = settings.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     limits, hub, workers = spawn_pool_actors(name, min(size, agent_runs) if agent_runs else size)
     stack.callback(ray.kill, limits)
@@ -106,10 +107,11 @@ def start_workers(settings: RaySettings, stack: contextlib.ExitStack, name: str,
     return AgentPool(name, hub, workers, ())
 
 
-def spawn_pool_actors(name: str, size: int) -> tuple[ray.actor.ActorHandle, ray.actor.ActorHandle,
-                                                     list[ray.actor.ActorHandle]]:
+def spawn_pool_actors(name: str, size: int, load_litellm: bool = False
+                      ) -> tuple[ray.actor.ActorHandle, ray.actor.ActorHandle, list[ray.actor.ActorHandle]]:
     """The model limits actor (named `name`), the writer hub (on this node) and `size` agent workers,
-    all named after `name`; owned by the caller (a command, or the warm pool's keeper)."""
+    all named after `name`; owned by the caller (a command, or the warm pool's keeper, whose workers
+    `load_litellm` before they are ready)."""
     limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     hub = ray.remote(num_cpus=0)(WriterHub).options(name=hub_name(name), scheduling_strategy=here).remote()
@@ -120,7 +122,7 @@ def spawn_pool_actors(name: str, size: int) -> tuple[ray.actor.ActorHandle, ray.
     worker = ray.remote(num_cpus=0, memory=1, max_restarts=WORKER_RESTARTS,
                         max_task_retries=WORKER_RESTARTS)(AgentWorker)
     workers = [worker.options(name=worker_name(name, i), scheduling_strategy="SPREAD")
-               .remote(hub_name(name), name) for i in range(size)]
+               .remote(hub_name(name), name, load_litellm) for i in range(size)]
     return limits, hub, workers
 
 

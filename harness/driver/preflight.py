@@ -1,15 +1,17 @@
 """The preflight stage of a job: everything that can be checked is checked before any episode runs
-(the agent's options and the cache directory in the driver; model access and parameters on a pool
-worker, where litellm is loaded). A run directory that already holds episodes is planned as a resume
-by harness/driver/resume.py.
+(the agent's options and the cache directory in the driver; model access and parameters in a thread
+of the driver while Ray and the pool start, or on a warm pool's worker, where litellm is loaded). A
+run directory that already holds episodes is planned as a resume by harness/driver/resume.py.
 """
 
 from __future__ import annotations
 
 import tempfile
+import threading
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from harness.agent_run.spec import AgentRunSpec
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
 from harness.errors import one_line
 from harness.models.model_client import AgentModelClient
+from harness.models.param_map import PROVIDER, ParamMap
 
 SAMPLING_PROBE = {"temperature": 0.7, "seed": 1}
 """Parameters agents set per call (agents/base.py `sampling`), checked as the config's are."""
@@ -37,27 +40,89 @@ class CheckedParams:
     mark_cache: bool = False
     """Mark the system message as the prompt's cacheable start (model.prompt_caching=auto, on a
     provider that caches only what is marked)."""
+    function_calling: bool | None = None
+    """Whether the model takes tools natively: the config's, else litellm's model map's."""
+    param_map: ParamMap | None = None
+    """For a model on the lean path (an `openai/` model behind a server): what litellm sends of its
+    parameters as given (harness/models/param_map.py)."""
 
 
 def check_models(settings: HarnessConfig) -> CheckedParams:
     """A model string litellm cannot route, a provider key that is not set, or a parameter the
     model refuses fails here in one line, not as a failed call per task; a default parameter the
-    model refuses is dropped (and said)."""
+    model refuses is dropped (and said). Imports litellm (seconds) where `needs_litellm` says so."""
     remote = [(model, field) for model, field in ((settings.model, "model.name"),
                                                  (settings.embedder, "embedder.name"))
               if not is_harness_served(model)]
-    if not remote:
-        return CheckedParams(settings.model.requested_params)
-    from harness.models.gateway import check_credentials, check_model_name  # imports litellm (seconds)
+    checked = CheckedParams(settings.model.requested_params)
+    if remote:
+        from harness.models.gateway import check_credentials, check_model_name
 
-    for model, field in remote:
-        check_model_name(model.name, field)
-        check_credentials(model, field)
-    if settings.budget.max_cost_usd is not None:
-        _check_priced(remote)
-    if is_harness_served(settings.model):
-        return CheckedParams(settings.model.requested_params)
-    return check_params(settings.model)
+        for model, field in remote:
+            check_model_name(model.name, field)
+            check_credentials(model, field)
+        if settings.budget.max_cost_usd is not None:
+            _check_priced(remote)
+        if not is_harness_served(settings.model):
+            checked = check_params(settings.model)
+    function_calling = settings.model.function_calling
+    if function_calling is None:
+        from harness.models.gateway import supports_function_calling
+
+        function_calling = supports_function_calling(settings.model.name)
+    return replace(checked, function_calling=function_calling, param_map=_lean_param_map(settings.model))
+
+
+def needs_litellm(settings: HarnessConfig) -> bool:
+    """Whether `check_models` imports litellm: a model the harness does not serve, a chat model on the
+    lean path (its `ParamMap`), or one whose function calling litellm's map must say."""
+    return (not (is_harness_served(settings.model) and is_harness_served(settings.embedder))
+            or _on_the_lean_path(settings.model) or settings.model.function_calling is None)
+
+
+def start_model_checks(settings: HarnessConfig) -> Future[CheckedParams]:
+    """`check_models` in a thread of the driver, started now: where it imports litellm (seconds), that
+    happens while Ray and the pool start, so no agent worker need import it for the lean path. Its
+    failure is raised where the result is asked for."""
+    checks: Future[CheckedParams] = Future()
+
+    def check() -> None:
+        try:
+            checks.set_result(check_models(settings))
+        except BaseException as error:  # raised in the job's thread, as though checked there
+            checks.set_exception(error)
+
+    if needs_litellm(settings):
+        threading.Thread(target=check, name="model checks", daemon=True).start()
+    else:
+        check()
+    return checks
+
+
+def load_litellm_meanwhile() -> None:
+    """Import litellm (seconds) in a thread of this process from now on, for model checks to come (a
+    sweep's jobs', which start once its pool is up)."""
+
+    def load() -> None:
+        from harness.models.gateway import load_litellm
+
+        load_litellm()
+
+    threading.Thread(target=load, name="litellm", daemon=True).start()
+
+
+def _on_the_lean_path(model: ModelSettings) -> bool:
+    """Whether the gateway sends the model's calls itself (harness/models/direct.py): an `openai/`
+    model behind a server (the user's, or the harness's own)."""
+    return model.name.startswith(f"{PROVIDER}/") and bool(model.api_base or model.serves_locally)
+
+
+def _lean_param_map(model: ModelSettings) -> ParamMap | None:
+    if not _on_the_lean_path(model):
+        return None
+    from harness.models.param_map import param_map
+
+    return param_map(model.name)
 
 
 def _check_priced(models: list[tuple[EndpointSettings, str]]) -> None:

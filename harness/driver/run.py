@@ -35,6 +35,7 @@ from harness.driver.preflight import (
     check_agents_build,
     check_cache_writable,
     check_servers_answer,
+    start_model_checks,
 )
 from harness.driver.resume import plan_resume
 from harness.driver.session import resume_hint, start_job_session
@@ -67,8 +68,9 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     """Run these agent runs (a job's plan, or a snapshot evaluation's) into `run_dir`, on `pool`
     (its sweep's) or on a pool of its own. `resume_command` is what an interrupted run tells the
     user to type (default: the Hydra job's); a sweep's job, run outside its Hydra job, comes with
-    its `identity` and `hint` read when it was prepared. The preflight model checks run on a pool
-    worker, which imports litellm (seconds) while a local model server loads; the driver never does."""
+    its `identity` and `hint` read when it was prepared. The preflight model checks run in a thread of
+    the driver while Ray and the pool start (importing litellm, seconds, where they need it), so that
+    no agent worker need import it for the lean path; on the warm pool, on its worker, which has."""
     check_agents_build(specs)
     check_cache_writable(settings.cache)
     check_servers_answer(settings)
@@ -77,12 +79,15 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     with exclusive(run_dir), contextlib.ExitStack() as stack:
         resume = plan_resume(specs, run_dir)
         specs = resume.specs
+        on_warm_pool = settings.ray.address == "warm"
+        checks = None if on_warm_pool else start_model_checks(settings)
         session = start_job_session(settings, specs, run_dir, stack, hint, pool)
-        checked = session.pool.check_models(settings)
+        checked = checks.result() if checks is not None else session.pool.check_models(settings)
         startup.mark("checked")
         _say_once(checked.notes)
         specs = [s.model_copy(update={"model_params": checked.params, "refused_params": checked.refused,
-                                      "mark_cache": checked.mark_cache}) for s in specs]
+                                      "mark_cache": checked.mark_cache, "param_map": checked.param_map,
+                                      "function_calling": checked.function_calling}) for s in specs]
         manifest = start_manifest(settings, specs, resume.resumes, resolved_config)
         manifest.ray_address, manifest.dashboard_url = session.pool.ray_address, session.pool.dashboard_url
         manifest.startup_s = startup.seconds()

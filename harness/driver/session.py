@@ -77,7 +77,7 @@ def start_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str, lo
     more workers than `agent_runs`; then the local model servers and embedders of `models()`, their
     logs in `log_dir`. All stopped (or given back) when `stack` closes.
 
-    `models` is asked once the workers are starting: they import litellm (seconds) meanwhile, so a
+    `models` is asked once the workers are starting (their processes and imports: seconds), so a
     sweep composes the rest of its jobs' configs in it. The workers may still be importing when this
     returns (`__ray_ready__` says when they are done)."""
     pool_ray, dashboard = stack.enter_context(ray_session(settings))

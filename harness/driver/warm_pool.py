@@ -181,7 +181,7 @@ class WarmKeeper:
     def _spawn(self) -> list[Any]:
         """The next generation's actors (limits, hub, workers), started; noted ready once they answer."""
         self._generation += 1
-        limits, hub, workers = spawn_pool_actors(self._name, self._size)
+        limits, hub, workers = spawn_pool_actors(self._name, self._size, load_litellm=True)
         actors = [limits, hub, *workers]
         with contextlib.suppress(RuntimeError):  # no event loop yet: the constructor's; `start` waits
             asyncio.get_running_loop().create_task(self._note_ready(self._generation, actors))

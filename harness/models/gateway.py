@@ -82,6 +82,11 @@ def _litellm() -> ModuleType:
     return litellm
 
 
+def load_litellm() -> None:
+    """Import litellm now (seconds), ahead of the calls and checks that need it (a warm pool's workers)."""
+    _litellm()
+
+
 def _litellm_loaded() -> bool:
     return _litellm.cache_info().currsize > 0
 
