@@ -81,14 +81,3 @@ def as_sent(mapped: dict[str, Any]) -> dict[str, Any]:
     if mapped.get("stream") is False:  # what litellm leaves out, as the SDK does
         del mapped["stream"]
     return {**mapped, **extra}
-
-
-@dataclass(frozen=True)
-class HttpReply:
-    """What the server answered (the body as read, decoded)."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
