@@ -112,7 +112,6 @@ def spawn_pool_actors(name: str, size: int, load_litellm: bool = False
     """The model limits actor (named `name`), the writer hub (on this node) and `size` agent workers,
     all named after `name`; owned by the caller (a command, or the warm pool's keeper, whose workers
     `load_litellm` before they are ready)."""
-    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     hub = ray.remote(num_cpus=0)(WriterHub).options(name=hub_name(name), scheduling_strategy=here).remote()
     # SPREAD: on a cluster, workers go to different nodes (their cost is CPU, not num_cpus). Ray
@@ -123,6 +122,9 @@ def spawn_pool_actors(name: str, size: int, load_litellm: bool = False
                         max_task_retries=WORKER_RESTARTS)(AgentWorker)
     workers = [worker.options(name=worker_name(name, i), scheduling_strategy="SPREAD")
                .remote(hub_name(name), name, load_litellm) for i in range(size)]
+    # Last: the hub and the workers take the processes Ray started ahead (one per CPU); the workers
+    # need the limits only at their first call.
+    limits = ray.remote(ModelLimits).options(num_cpus=0, name=name).remote()
     return limits, hub, workers
 
 
