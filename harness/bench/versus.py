@@ -16,6 +16,11 @@ For N = 1, 64 and 256 each row gives the wall seconds, the harness's start-up st
 request the server saw, and the CPU seconds (user + system) of all the command's processes per
 call the server received, then the harness's figures over inspect_ai's. inspect_ai is an optional
 extra: without it the section says how to install it and measures the harness alone.
+
+The first row, `ray floor`, is what any tool that runs its agents in Ray actors pays before its first
+model call, measured the same way: a script that starts a fresh local Ray as the harness does (no
+dashboard), creates one actor and sends one request from it (`RAY_FLOOR`). A harness row's first
+call minus the floor's is the harness's own start-up; the floor minus inspect_ai's is Ray's.
 """
 
 from __future__ import annotations
@@ -67,6 +72,34 @@ INSPECT_TASK = textwrap.dedent('''
 ''')
 
 
+RAY_FLOOR = textwrap.dedent('''
+    """The least a tool that runs its agents in Ray actors waits for before its first model call: Python,
+    a fresh local Ray as the bench's harness starts it (no dashboard), one actor, one request."""
+
+    import json
+    import logging
+    import sys
+    import urllib.request
+
+    import ray
+
+
+    @ray.remote(num_cpus=0)
+    class Caller:
+        def call(self, api_base: str) -> int:
+            body = {"model": "fake", "messages": [{"role": "user", "content": "Capital of France?"}]}
+            request = urllib.request.Request(f"{api_base}/chat/completions", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                return reply.status
+
+
+    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    print(ray.get(Caller.remote().call.remote(sys.argv[1])))
+    ray.shutdown()
+''')
+
+
 def inspect_available() -> bool:
     return EXTRAS["inspect"].installed and shutil.which("inspect") is not None
 
@@ -112,6 +145,11 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
         task_file = work / "versus_task.py"
         task_file.write_text(INSPECT_TASK)
         pool = stack.enter_context(WarmPoolProcess(work)) if warm else None
+        floor = work / "ray_floor.py"
+        floor.write_text(RAY_FLOOR)
+        print("Ray's floor: a fresh Ray, one actor, one call ...", flush=True)
+        rows.append(_row("ray floor", 1, 1, measure([sys.executable, str(floor), server.api_base], server,
+                                                     work / "ray_floor.log", timeout_s)))
         for n in runs:
             ours = [_harness_row(server, n, calls, cap, work, timeout_s, None)]
             ours += [_harness_row(server, n, calls, cap, work, timeout_s, pool)] if pool else []
