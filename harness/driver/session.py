@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shlex
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -119,26 +120,57 @@ def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool =
 
 
 def start_local_ray(**options: Any) -> Any:
-    """`ray.init(address="local", **options)`, its node's dashboard agent on a port the OS picks.
-    Ray gives every node's agent the fixed port 52365: a second Ray on the machine (another run,
-    a test's) finds it taken, and its raylet waits while the agent retries the port for seconds
-    (4 of 10 s of ray.init measured here) before it gives up serving HTTP at all."""
-    from ray._private import parameter
+    """`ray.init(address="local", **options)`, two of its start's waits taken off its path:
 
-    fixed = parameter.RayParams
+    - its node's dashboard agent on a port the OS picks. Ray gives every node's agent the fixed port
+      52365: a second Ray on the machine (another run, a test's) finds it taken, and its raylet waits
+      while the agent retries the port for seconds (4 of 10 s of ray.init measured here) before it
+      gives up serving HTTP at all;
+    - the dashboard (with include_dashboard=false, Ray's API server all the same) started beside the
+      raylet instead of before it: Ray waits for it to answer first (0.9 s without the dashboard, 1.7
+      with it, measured here), though the raylet needs nothing of it. It is started from a thread that
+      lives until `_end_ray`, as Ray starts it to die with the thread that started it
+      (PR_SET_PDEATHSIG); its failure fails the start, as in ray.init."""
+    from ray._private import node, parameter
+
+    fixed, in_turn = parameter.RayParams, node.Node.start_api_server
 
     class RayParams(fixed):  # type: ignore[misc,valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("dashboard_agent_listen_port", 0)  # 0: Ray picks a free one
             super().__init__(*args, **kwargs)
 
-    parameter.RayParams = RayParams
+    started = threading.Event()
+    failures: list[BaseException] = []
+
+    def start_api_server(self: Any, **arguments: Any) -> None:
+        def start() -> None:
+            try:
+                in_turn(self, **arguments)
+            except BaseException as failure:  # raised where the start is waited for, below
+                failures.append(failure)
+            started.set()
+            _dashboard_kept.wait()
+
+        threading.Thread(target=start, name="ray dashboard", daemon=True).start()
+
+    _dashboard_kept.clear()
+    parameter.RayParams, node.Node.start_api_server = RayParams, start_api_server
     try:
-        return ray.init(address="local", **options)
+        context = ray.init(address="local", **options)
     finally:
-        parameter.RayParams = fixed
+        parameter.RayParams, node.Node.start_api_server = fixed, in_turn
+    started.wait()
+    if failures:
+        _end_ray(ours=True)
+        raise failures[0]
+    url = ray._private.worker._global_node.webui_url
+    context.dashboard_url = context.address_info["webui_url"] = url or ""
+    return context
 
 
+_dashboard_kept = threading.Event()
+"""Set by `_end_ray`: the thread that started this process's Ray's dashboard may end."""
 _started: tuple[str | None, str | None] | None = None
 """The address and dashboard of the Ray that `ray_session` started in this process, while it runs
 (a session nested in it reports the same)."""
@@ -238,3 +270,4 @@ def _end_ray(ours: bool) -> None:
     ray.shutdown()
     signals.install()  # ray.shutdown left SIGTERM at the kernel's default (Python still names ours)
     signals.end_leftovers(processes)
+    _dashboard_kept.set()

@@ -36,3 +36,28 @@ def test_a_second_ray_on_the_machine_gets_a_dashboard_agent_of_its_own():
     assert done.returncode == 0, done.stderr[-2000:]
     port = int(done.stdout.split("agent port", 1)[1].split()[0])
     assert port > 0 and port != 52365
+
+
+def test_the_dashboard_started_beside_the_raylet_serves_until_the_ray_ends():
+    """`start_local_ray` starts the dashboard from a thread of its own (Ray would wait for it before
+    starting the raylet): Ray starts it to die with that thread, so the thread lives on until the Ray
+    ends, and the dashboard answers for as long as the Ray runs."""
+    script = textwrap.dedent("""
+        import json, socket, time, urllib.request
+        import ray
+        from harness.driver.session import _end_ray, start_local_ray
+        free = socket.socket()
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+        free.close()
+        context = start_local_ray(num_cpus=1, include_dashboard=True, dashboard_host="127.0.0.1",
+                                  dashboard_port=port, logging_level="warning")
+        print("url", context.dashboard_url)
+        time.sleep(2)  # the thread that started it has long returned to what it waits on
+        with urllib.request.urlopen(f"http://{context.dashboard_url}/api/v0/nodes", timeout=30) as reply:
+            print("nodes", json.loads(reply.read())["data"]["result"]["total"])
+        _end_ray(ours=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "url 127.0.0.1:" in done.stdout and "nodes 1" in done.stdout, done.stdout
