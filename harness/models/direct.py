@@ -31,6 +31,7 @@ import functools
 import importlib.util
 import json
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -40,15 +41,17 @@ import aiohttp
 from harness.models.param_map import PROVIDER, ParamMap, as_sent, passed_as_they_are
 
 
-def may_have_a_price(model: str) -> bool:
+def may_have_a_price(model: str, registered: Collection[str] = ()) -> bool:
     """Whether litellm's price map (the copy it ships, which the harness has it read: HARNESS_ENV's
-    LITELLM_LOCAL_MODEL_COST_MAP) may price a reply of `model`: one of its names is part of this
-    one, or this one part of it. Read without importing litellm, so that a reply no map knows (a
-    local model's) is left unpriced (None) as litellm would leave it, without litellm."""
+    LITELLM_LOCAL_MODEL_COST_MAP, and the `registered` names the config priced) may price a reply of
+    `model`: one of its names is part of this one, or this one part of it. Read without importing
+    litellm, so that a reply no map knows (a local model's) is left unpriced (None) as litellm would
+    leave it, without litellm."""
     if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "").lower() != "true":
         return True  # litellm fetches its map: only it knows what is there
     name = model.lower().rsplit("/", 1)[-1]
-    return not name or any(known in name or name in known for known in _priced_names())
+    known = _priced_names() | {key.lower().rsplit("/", 1)[-1] for key in registered}
+    return not name or any(price in name or name in price for price in known)
 
 
 @functools.cache

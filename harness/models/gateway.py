@@ -68,6 +68,8 @@ IN_PROCESS: dict[str, str] = {"scripted": "harness.models.scripted:ScriptedRoute
 """litellm providers that answer inside the gateway's process (harness/models/providers.py), by prefix."""
 _unregistered_prices: dict[str, dict[str, Any]] = {}
 """Prices the config gives, for litellm's map once it is loaded (`_tell_litellm_the_price`)."""
+_priced_routes: set[str] = set()
+"""Every route the config priced, in litellm's map or bound for it: litellm prices by them too."""
 
 
 @functools.cache
@@ -412,7 +414,7 @@ class Gateway:
     def _direct_cost(self, response: SimpleNamespace) -> float | None:
         """What litellm's cost function makes of the same reply (priced by the model it names)."""
         model = str(getattr(response, "model", ""))
-        if model in self._unpriced or not may_have_a_price(model):
+        if model in self._unpriced or not may_have_a_price(model, _priced_routes):
             return None
         try:
             litellm = _litellm()
@@ -522,6 +524,7 @@ def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
         "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
         **cache_prices, "litellm_provider": route.split("/", 1)[0],
         "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}}
+    _priced_routes.add(route)
     if _litellm_loaded():
         _register_prices(_litellm(), entry)
     else:  # registered when litellm is loaded, if it ever is
