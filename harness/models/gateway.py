@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
-import importlib
 import logging
 import os
 import random
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -62,10 +61,30 @@ MAX_BACKOFF_S = 30.0
 LOCAL_API_KEY = "no-key-needed"
 NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="provider", cost_usd=0.0,
                          cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0)
-IN_PROCESS: dict[str, str] = {"scripted": "harness.models.scripted:ScriptedRouter",
-                              "hashing": "harness.models.embeddings:HashingEmbedding",
-                              MINILM_PREFIX: "harness.models.embeddings:MiniLMEmbedding"}
-"""litellm providers that answer inside the gateway's process (harness/models/providers.py), by prefix."""
+
+
+def _scripted() -> Any:
+    from harness.models.scripted import ScriptedRouter
+
+    return ScriptedRouter()
+
+
+def _hashing() -> Any:
+    from harness.models.embeddings import HashingEmbedding
+
+    return HashingEmbedding()
+
+
+def _minilm() -> Any:
+    from harness.models.embeddings import MiniLMEmbedding
+
+    return MiniLMEmbedding()
+
+
+IN_PROCESS: dict[str, Callable[[], Any]] = {"scripted": _scripted, "hashing": _hashing,
+                                           MINILM_PREFIX: _minilm}
+"""litellm providers that answer inside the gateway's process (harness/models/providers.py), by prefix:
+each made (and litellm imported) when a model of its prefix is first registered."""
 _unregistered_prices: dict[str, dict[str, Any]] = {}
 """Prices the config gives, for litellm's map once it is loaded (`_tell_litellm_the_price`)."""
 _priced_routes: set[str] = set()
@@ -242,8 +261,7 @@ class Gateway:
         registered with litellm (imported now) on first use; the latest gateway's serves the process."""
         if prefix not in self.in_process:
             litellm = _litellm()
-            module, name = IN_PROCESS[prefix].split(":")
-            made = getattr(importlib.import_module(module), name)()
+            made = IN_PROCESS[prefix]()
             if self._embedding_service is not None and prefix == MINILM_PREFIX:
                 made.use_service(self._embedding_service)
             self.in_process[prefix] = made
