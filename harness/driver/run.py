@@ -81,7 +81,12 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         specs = resume.specs
         on_warm_pool = settings.ray.address == "warm"
         checks = None if on_warm_pool else start_model_checks(settings)
-        session = start_job_session(settings, specs, run_dir, stack, hint, pool)
+        try:
+            session = start_job_session(settings, specs, run_dir, stack, hint, pool)
+        except Exception:
+            if checks is not None:
+                checks.result()  # a model the checks refuse is what to fix first: its one line wins
+            raise
         checked = checks.result() if checks is not None else session.pool.check_models(settings)
         startup.mark("checked")
         _say_once(checked.notes)
