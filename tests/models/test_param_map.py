@@ -170,3 +170,19 @@ def test_a_failed_model_check_raises_where_its_result_is_asked_for(monkeypatch):
     checks = start_model_checks(scripted_settings("model=litellm", "model.name=openai/gpt-4o-mini"))
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
         checks.result(timeout=60)
+
+
+def test_a_config_the_checks_refuse_is_what_a_job_says_even_where_ray_fails_to_start(monkeypatch, tmp_path):
+    from harness.config import ConfigError
+    from harness.driver import run as run_module
+    from harness.errors import RunAborted
+    from tests.conftest import scripted_settings
+
+    def ray_that_fails(*args: Any, **kwargs: Any) -> None:  # as an overloaded machine's raylet can
+        raise RunAborted("could not start a local Ray (the current node timed out during startup)")
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setattr(run_module, "start_job_session", ray_that_fails)
+    settings = scripted_settings("model=litellm", "model.name=openai/gpt-4o-mini")
+    with pytest.raises(ConfigError, match="needs OPENAI_API_KEY"):
+        run_module.run(settings, tmp_path / "run")
