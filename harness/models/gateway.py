@@ -120,8 +120,9 @@ def _is_litellm_error(error: BaseException, names: tuple[str, ...]) -> bool:
     """Whether `error` is one of litellm's errors of these names (none is, where litellm is not loaded)."""
     if "litellm" not in sys.modules:
         return False
-    litellm = sys.modules["litellm"]
-    return isinstance(error, tuple(getattr(litellm, name) for name in names))
+    litellm = sys.modules["litellm"]  # perhaps still being imported by another thread
+    kinds = tuple(kind for name in names if isinstance(kind := getattr(litellm, name, None), type))
+    return bool(kinds) and isinstance(error, kinds)
 
 
 async def direct_completion(model: str, messages: list[dict[str, Any]],
