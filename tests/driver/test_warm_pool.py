@@ -79,7 +79,7 @@ def test_commands_on_the_warm_pool_write_the_rows_of_their_own_pool_on_fresh_pro
             warm_rows, cold_rows = (rows(tmp_path / run, job, name) for run in (warm_one, cold_one))
             assert warm_rows.equals(cold_rows), (job, name)
     # Given back, the generation is gone with its processes, and the next one is started for the next command
-    # (within seconds here; 120 s: the whole suite beside it once took over 60).
+    # (120 s: under the whole suite's load it once took over 60).
     wait_for(lambda: (read_state(state_path) or state).generation == 2, 120, "the next generation")
     assert leased and not any(psutil.pid_exists(pid) and pid in _pids(state.pid) for pid in leased)
     assert (read_state(state_path) or state).holder is None
