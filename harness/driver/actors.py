@@ -221,6 +221,13 @@ class AgentWorker:
             gateway.use_embedding_service(ray.get_actor(MiniLMService.actor_name(self._limits_name, node)))
         self.gateway = gateway
 
+    def load_litellm(self) -> None:
+        """Import litellm now, before this worker's first job (its models need it: harness/driver/session.py
+        `start_pool`), so that every worker's runs start together, not each after its own import."""
+        from harness.models.gateway import load_litellm
+
+        load_litellm()
+
     def reclaim(self, key: str) -> None:
         """Called by the limits actor: another replica waits for this model."""
         if self.limits is not None:

@@ -59,6 +59,8 @@ class AgentPool:
     joined it; each job's manifest records it."""
     dashboard_url: str | None = None
     """That Ray's dashboard, where the command started one."""
+    loading: list[ray.ObjectRef] = field(default_factory=list)
+    """The workers' litellm imports, where its jobs' models need it (`start_pool`): part of being ready."""
     _load: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

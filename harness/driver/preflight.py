@@ -10,6 +10,7 @@ import tempfile
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -97,6 +98,12 @@ def start_model_checks(settings: HarnessConfig) -> Future[CheckedParams]:
     else:
         check()
     return checks
+
+
+def workers_need_litellm(models: Sequence[EndpointSettings]) -> bool:
+    """Whether an agent worker calling these models imports litellm: any but a chat model on the lean
+    path (the in-process providers are litellm's, embeddings go through it, other providers too)."""
+    return any(not (isinstance(model, ModelSettings) and _on_the_lean_path(model)) for model in models)
 
 
 def load_litellm_meanwhile() -> None:

@@ -28,6 +28,7 @@ from harness.agent_run.spec import AgentRunSpec
 from harness.config import ConfigError, EndpointSettings, HarnessConfig, RaySettings
 from harness.driver import signals, startup
 from harness.driver.pool import AgentPool, serve_models, start_workers
+from harness.driver.preflight import workers_need_litellm
 from harness.driver.warm_pool import WARM_NAMESPACE, lease_warm_pool, usable_state
 from harness.errors import RunAborted, one_line
 from harness.models.model_server import LocalModelServer
@@ -60,7 +61,7 @@ def start_job_session(settings: HarnessConfig, specs: list[AgentRunSpec], run_di
         pool = start_pool(settings.ray, stack, name, run_dir, lambda: models_in_use(settings), len(specs))
         if pool.dashboard_url:
             print(f"Ray dashboard: {pool.dashboard_url}", flush=True)
-        ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)])
+        ray.get([actor.__ray_ready__.remote() for actor in (pool.hub, *pool.workers)] + pool.loading)
         startup.mark("pool")
         return JobSession(pool, pool.servers, answer_key, resume_hint, run_dir)
     limits = ray.get_actor(pool.limits_name)
@@ -79,14 +80,18 @@ def start_pool(settings: RaySettings, stack: contextlib.ExitStack, name: str, lo
     logs in `log_dir`. All stopped (or given back) when `stack` closes.
 
     `models` is asked once the workers are starting (their processes and imports: seconds), so a
-    sweep composes the rest of its jobs' configs in it. The workers may still be importing when this
-    returns (`__ray_ready__` says when they are done)."""
+    sweep composes the rest of its jobs' configs in it. Where those models need litellm in the workers,
+    each imports it next, ahead of its first job. The workers may still be importing when this
+    returns (`__ray_ready__` and `pool.loading` say when they are done)."""
     pool_ray, dashboard = stack.enter_context(ray_session(settings))
     pool = lease_warm_pool(stack, settings.num_workers, agent_runs) if settings.address == "warm" else None
     if pool is None:  # not on a warm pool, or another command holds it
         pool = start_workers(settings, stack, name, agent_runs)
     pool.ray_address, pool.dashboard_url = pool_ray, dashboard
-    serve_models(pool, models(), log_dir, stack)
+    served = models()
+    if workers_need_litellm(served):  # loaded ahead of the first job: every worker's runs start together
+        pool.loading = [worker.load_litellm.remote() for worker in pool.workers]
+    serve_models(pool, served, log_dir, stack)
     return pool
 
 
