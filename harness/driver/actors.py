@@ -184,10 +184,10 @@ class AgentWorker:
         a job's models import it where they need it, harness/models/gateway.py); it is built in
         `_connect`, which must not block the event loop. `load_litellm`: import it now too (a warm
         pool's worker, ready for any model and for the checks of the commands it serves)."""
-        from harness.models import gateway
+        import harness.models.gateway  # noqa: F401
 
         if load_litellm:
-            gateway.load_litellm()
+            self.load_litellm()
 
         self._limits_name = limits
         self.limits: SharedLimits | None = None
