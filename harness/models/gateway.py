@@ -433,7 +433,10 @@ class Gateway:
     def _direct_cost(self, response: SimpleNamespace) -> float | None:
         """What litellm's cost function makes of the same reply (priced by the model it names)."""
         model = str(getattr(response, "model", ""))
-        if model in self._unpriced or not may_have_a_price(model, _priced_routes):
+        if model in self._unpriced:
+            return None
+        if not may_have_a_price(model, _priced_routes):  # a scan of litellm's names: once per model
+            self._unpriced.add(model)
             return None
         try:
             litellm = _litellm()
