@@ -23,6 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psutil
 
@@ -117,16 +118,20 @@ def _stop_now(signum: int) -> None:
     os._exit(128 + signum)
 
 
-def ray_processes() -> list[psutil.Process]:
-    """The processes of the Ray this process started (`ray.init(address="local")`) and all their
-    descendants (workers, agents, tools they run): nothing else of this process's children."""
+def ray_processes(node: Any = None) -> list[psutil.Process]:
+    """The processes of the Ray this process started (`ray.init(address="local")`; or of `node`, a
+    Ray node object) and all their descendants (workers, agents, tools they run): nothing else of this
+    process's children. One that has exited is passed over: its number may be another's by now."""
     import ray
 
-    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None:
+        node = getattr(ray._private.worker, "_global_node", None)
     found: dict[int, psutil.Process] = {}
     for infos in (node.all_processes.values() if node is not None else ()):
         for info in infos:
             with contextlib.suppress(psutil.Error, AttributeError):
+                if info.process.poll() is not None:
+                    continue
                 process = psutil.Process(info.process.pid)
                 for each in (process, *process.children(recursive=True)):
                     found[each.pid] = each

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -105,8 +106,10 @@ def metrics_port():
 @pytest.fixture(scope="module")
 @tiers.starts_processes
 def gated_run(metrics_port, tmp_path_factory):
-    """Two seeds of a memory agent under the sealed gate and the safety check, at a price; and the
-    sweeps whose metrics the node exported before it (the suite's other runs on a shared Ray)."""
+    """Two seeds of a memory agent under the sealed gate and the safety check, at a price; the
+    sweeps whose metrics the node exported before it (the suite's other runs on a shared Ray); and the
+    planned-episodes gauge as scraped while the run was live (Ray's agent drops a gauge that its
+    process stopped reporting after two report intervals, so after the run it may be gone)."""
     settings = scripted_settings(
         "variant=memory", "variant.gate=sealed", "variant.probe_size=4", "stream.tuning_size=8",
         "variant.safety={policy: block}", "seeds=[0,1]", "stream.num_tasks=4", "ray.num_workers=1",
@@ -114,7 +117,21 @@ def gated_run(metrics_port, tmp_path_factory):
         "model.scripted.rules=[{purpose: safety, contains: Paris, reply: UNSAFE},"
         " {purpose: safety, reply: SAFE}]")
     earlier = {dict(tags)["sweep"] for series in scrape(metrics_port).values() for tags in series}
-    return run(settings, tmp_path_factory.mktemp("run") / "run"), earlier
+    planned: dict[tuple[tuple[str, str], ...], float] = {}
+    running = threading.Event()
+
+    def watch_the_gauge() -> None:
+        while not running.wait(0.2):
+            planned.update(scrape(metrics_port, earlier).get("ray_harness_episodes_planned", {}))
+
+    watcher = threading.Thread(target=watch_the_gauge, daemon=True)
+    watcher.start()
+    try:
+        result = run(settings, tmp_path_factory.mktemp("run") / "run")
+    finally:
+        running.set()
+        watcher.join()
+    return result, earlier, planned
 
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
@@ -155,7 +172,7 @@ def by(samples: dict[tuple[tuple[str, str], ...], float], *keys: str) -> dict[tu
 
 
 def test_a_runs_metrics_reach_the_nodes_prometheus_endpoint_with_the_tables_values(gated_run, metrics_port):
-    result, earlier = gated_run
+    result, earlier, planned_while_live = gated_run
     run_dir = result.run_dir
     episodes, calls = read_table(run_dir, "episodes"), read_table(run_dir, "llm_calls")
     gate, safety = read_table(run_dir, "gate_events"), read_table(run_dir, "safety_events")
@@ -171,8 +188,7 @@ def test_a_runs_metrics_reach_the_nodes_prometheus_endpoint_with_the_tables_valu
                                         "sweep", "sweep_job", "variant", "model")
     assert sweep.startswith("harness memory-countries-") and job == "0" and variant == "memory"
     assert model == "scripted/oracle"
-    planned = by(samples["ray_harness_episodes_planned"], "seed")
-    assert planned == expected  # every planned episode was written
+    assert by(planned_while_live, "seed") == expected  # every planned episode was written
 
     scored = episodes.filter(pl.col("attempted") & ~pl.col("probe"))
     assert by(samples["ray_harness_episodes_scored_total"], "seed") == {
