@@ -123,7 +123,8 @@ def _row(kind: str, n: int, measured: Measured, results: Results, latency_s: flo
             "wall s": measured.wall_s, "ideal s": ideal, "wall/ideal %": percent(measured.wall_s),
             "run window s": results.window_s, "window/ideal %": percent(results.window_s),
             **{f"{stage} s": results.startup_s.get(stage) for stage in STAGES},
-            "first call s": measured.first_call_s, "peak RSS GiB": measured.peak_rss / GIB,
+            "first call s": measured.first_call_s, "exit s": measured.exit_s,
+            "peak RSS GiB": measured.peak_rss / GIB,
             "used +GiB": measured.used_rise / GIB,
             "CPU ms/call": 1000 * measured.cpu_s / results.calls if results.calls else None,
             "CPU s": measured.cpu_s, "machine load": measured.load,
@@ -258,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
           " episode start to last end;\n composed, ray, pool, checked: seconds from the command's start"
           " to each stage of its start-up (manifest.json's startup_s;\n a sweep marks no pool stage: its"
           " jobs' checks wait for the workers); first call: command start to the server's first request;"
-          " peak RSS: the command's process session;\n used +GiB: peak rise of the machine's used memory;"
+          " exit: the server's last reply to the command's exit;\n peak RSS: the command's process session;"
+          " used +GiB: peak rise of the machine's used memory;"
           " CPU: user + system of the session / model calls;\n machine load: mean 1-minute load average"
           f" during the command, on {os.cpu_count()} cores)")
     print(f"\nbench took {time.perf_counter() - started:.0f} s")

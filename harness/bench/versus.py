@@ -13,9 +13,10 @@ process they start is measured: a local Ray's too), against one `FakeChatServer`
 
 For N = 1, 64 and 256 each row gives the wall seconds, the harness's start-up stage by stage
 (composed, ray, pool, checked: manifest.json's startup_s), the seconds from the command to the first
-request the server saw, and the CPU seconds (user + system) of all the command's processes per
-call the server received, then the harness's figures over inspect_ai's. inspect_ai is an optional
-extra: without it the section says how to install it and measures the harness alone.
+request the server saw and from its last reply to the command's exit, and the CPU seconds (user +
+system) of all the command's processes per call the server received, then the harness's figures over
+inspect_ai's. inspect_ai is an optional extra: without it the section says how to install it and
+measures the harness alone.
 
 The first row, `ray floor`, is what any tool that runs its agents in Ray actors pays before its first
 model call, measured the same way: a script that starts a fresh local Ray as the harness does (no
@@ -123,6 +124,7 @@ def _row(tool: str, runs: int, calls: int, measured: Measured,
     stages = {f"{stage}_s": (startup_s or {}).get(stage) for stage in STAGES}
     return {"tool": tool, "runs": runs, "calls": measured.requests, "expected": runs * calls,
             "wall_s": measured.wall_s, **stages, "first_call_s": measured.first_call_s,
+            "exit_s": measured.exit_s,
             "cpu_ms_per_call": 1000 * measured.cpu_s / measured.requests if measured.requests else None,
             "load": measured.load, "ok": "yes" if ok else (measured.stopped or f"exit {measured.returncode}")}
 
@@ -183,7 +185,7 @@ def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str,
         return a / b if a is not None and b else None
 
     return {"tool": f"{ours['tool']} / inspect_ai", "runs": runs, "calls": None, "expected": None,
-            "wall_s": over("wall_s"), "first_call_s": over("first_call_s"),
+            "wall_s": over("wall_s"), "first_call_s": over("first_call_s"), "exit_s": over("exit_s"),
             "cpu_ms_per_call": over("cpu_ms_per_call"), "load": None, "ok": ""}
 
 

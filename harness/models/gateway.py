@@ -45,6 +45,7 @@ from harness.models.direct import as_json as _as_json
 from harness.models.limits import Limits, LocalLimits
 from harness.models.minilm import MINILM_PREFIX
 from harness.models.model_client import CallRequest, CallResult, GatewayUnavailable
+from harness.models.param_map import litellm_logs_at
 from harness.tables.records import LLMCall
 from harness.text import safe_text
 
@@ -554,10 +555,5 @@ def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
 
 
 def _register_prices(litellm: ModuleType, entries: dict[str, dict[str, Any]]) -> None:
-    quiet = logging.getLogger("LiteLLM")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # it warns that cache-token prices default to 0: true, and moot here
-    try:
+    with litellm_logs_at(logging.ERROR):  # it warns that cache-token prices default to 0: true, and moot here
         litellm.register_model(entries)
-    finally:
-        quiet.setLevel(level)

@@ -6,7 +6,10 @@ them with litellm's own `get_optional_params`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,11 +70,25 @@ def param_map(route: str) -> ParamMap | None:
             return None
 
     probes = {key: value for key, value in PROBES.items() if key in passed_as_they_are()}
-    unchanged = {key for key, value in probes.items() if mapped({key: value}) == {key: value}}
-    together = {key: probes[key] for key in unchanged if key != "max_completion_tokens"}
-    if mapped(together) != together:
-        return None
+    with litellm_logs_at(logging.WARNING):  # each probe logs "LiteLLM completion() model=..." at INFO
+        unchanged = {key for key, value in probes.items() if mapped({key: value}) == {key: value}}
+        together = {key: probes[key] for key in unchanged if key != "max_completion_tokens"}
+        if mapped(together) != together:
+            return None
     return ParamMap(model, frozenset(unchanged))
+
+
+@contextlib.contextmanager
+def litellm_logs_at(level: int) -> Iterator[None]:
+    """litellm's logger at `level` for a while: what it logs there is of no use to the user (the
+    driver's logging, Hydra's, prints INFO)."""
+    logger = logging.getLogger("LiteLLM")
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def as_sent(mapped: dict[str, Any]) -> dict[str, Any]:

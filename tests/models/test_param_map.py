@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,16 @@ def test_what_a_param_map_sends_is_what_litellm_sends(route):
             answered += 1
             assert body == litellms_body(route, params), params
     assert answered >= 10
+
+
+def test_probing_logs_nothing_to_the_users_output(caplog):
+    """The driver's logging (Hydra's) prints INFO: each of litellm's mappings logs "LiteLLM completion()
+    model=..." there, dozens of lines before a run's first."""
+    caplog.set_level(logging.INFO)
+    level = logging.getLogger("LiteLLM").level
+    assert param_map("openai/fake") is not None
+    assert [r.getMessage() for r in caplog.records if r.name == "LiteLLM"] == []
+    assert logging.getLogger("LiteLLM").level == level  # set back as it was
 
 
 def test_a_reasoning_models_renamed_and_refused_parameters_are_left_to_litellm():
