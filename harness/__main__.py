@@ -38,6 +38,7 @@ def main(cfg: DictConfig) -> Job | None:
 
 if __name__ == "__main__":
     signals.install()  # before Hydra composes: a signal at any moment takes the same path
+    startup.end_without_collecting()
     try:
         main()
     except KeyboardInterrupt as early:  # outside the job (composing it, printing its summary)

@@ -236,4 +236,7 @@ def _with_changes(settings: HarnessConfig, changes: list[str]) -> HarnessConfig:
 
 
 if __name__ == "__main__":
+    from harness.driver.startup import end_without_collecting
+
+    end_without_collecting()
     sys.exit(main())

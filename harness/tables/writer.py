@@ -23,6 +23,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ from harness.tables.costs import add_costs
 from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.records import COMPRESSION, TABLES, Episode
 
+KEPT_BYTES = 16 * 2**20
+"""A writer keeps the parts it wrote in memory up to this many bytes (Arrow's), so that its compaction
+at close need not read them back: reading a part costs about 0.7 ms whatever its size, and a sweep's
+jobs, ending together, are compacted one after another (issue 41: 0.17 s a job, 2.7 s for 16)."""
 REPLACES = b"harness.replaces"
 """Parquet metadata key of a compacted file: JSON list of the file names (same directory) it replaces."""
 COMPACTED = "-compacted.parquet"
@@ -59,6 +64,8 @@ class TableWriter:
         self._figures: dict[str, Any] = {"scored": 0, "successes": 0, "total_tokens": 0, "cost_usd": 0.0,
                                          "errors": 0}
         self._last_flush = time.monotonic()
+        self._kept: dict[str, dict[str, KeptPart]] = {name: {} for name in TABLES}
+        self._kept_bytes = 0
         # One writer per run directory: a writer left over from a killed run (its processes can
         # outlive the driver for a few seconds) must not add rows once a resumed run has started.
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +161,7 @@ class TableWriter:
         episodes they have finished, which the new worker replays without writing."""
         self.flush()
         finished = finished_episodes(self.run_dir, run_ids)
+        self._kept = {name: {} for name in TABLES}  # the orphans' parts are rewritten
         drop_orphans(self.run_dir, finished, set(run_ids))
         return sorted(finished)
 
@@ -167,7 +175,8 @@ class TableWriter:
                 self._write_part(table, [])
             elif compact:
                 self._check_lease()
-                compact_table(directory, model.arrow_schema(), f"{self._writer_id}-{self._sequence:06d}")
+                compact_table(directory, model.arrow_schema(), f"{self._writer_id}-{self._sequence:06d}",
+                              self._kept[table])
                 self._sequence += 1
         return dict(self._rows_written)
 
@@ -183,6 +192,24 @@ class TableWriter:
         replace_atomically(final, lambda temporary: pq.write_table(arrow_table, temporary,
                                                                    compression=COMPRESSION))
         self._sequence += 1
+        if self._kept_bytes + arrow_table.nbytes <= KEPT_BYTES:
+            self._kept[table][final.name] = KeptPart(arrow_table, final.stat())
+            self._kept_bytes += arrow_table.nbytes
+
+
+class KeptPart:
+    """A part as its writer wrote it, and the file's size and time then: where the file has changed
+    since (rewritten without some episodes' rows: harness/tables/orphans.py), it is read instead."""
+
+    def __init__(self, table: pa.Table, written: os.stat_result) -> None:
+        self.table, self._written = table, (written.st_size, written.st_mtime_ns)
+
+    def holds(self, file: Path) -> bool:
+        try:
+            now = file.stat()
+        except FileNotFoundError:
+            return False
+        return (now.st_size, now.st_mtime_ns) == self._written
 
 
 def table_files(directory: Path) -> list[Path]:
@@ -193,26 +220,40 @@ def table_files(directory: Path) -> list[Path]:
     return [f for f in files if f.name not in replaced]
 
 
-def compact_table(directory: Path, schema: pa.Schema, name: str) -> Path | None:
+def compact_table(directory: Path, schema: pa.Schema, name: str,
+                  kept: dict[str, KeptPart] | None = None) -> Path | None:
     """Merge the table's files into `part-<name>-compacted.parquet` (see the module docstring for the
     steps and what a crash leaves); None when there is nothing to merge, or a file's columns cannot
     be read as `schema`'s. Files of an older harness that lack only columns added since (nullable)
-    are merged with nulls there, so a resumed run's table is one schema again."""
+    are merged with nulls there, so a resumed run's table is one schema again. A file `kept` holds
+    as it is on disk is taken from memory rather than read."""
     _drop_replaced(directory)
     files = table_files(directory)
     if not files:
         return None
     plain = schema.remove_metadata()
-    parts = ds.dataset([str(f) for f in files], schema=plain, format="parquet")
-    found = [fragment.physical_schema.remove_metadata() for fragment in parts.get_fragments()]
+    kept = kept or {}
+    in_memory = {f.name: kept[f.name].table for f in files if f.name in kept and kept[f.name].holds(f)}
+    on_disk = [f for f in files if f.name not in in_memory]
+    read = ds.dataset([str(f) for f in on_disk], schema=plain, format="parquet") if on_disk else None
+    fragments = dict(zip((f.name for f in on_disk), read.get_fragments() if read else [], strict=True))
+    found = [fragment.physical_schema.remove_metadata() for fragment in fragments.values()]
     if not all(_older_part_of(columns, plain) for columns in found):
         return None
-    if len(files) == 1 and found[0].equals(plain):
+    if len(files) == 1 and (not found or found[0].equals(plain)):
         return None  # one file, already today's
     final = directory / f"part-{name}{COMPACTED}"
     metadata = {**(schema.metadata or {}), REPLACES: json.dumps([f.name for f in files]).encode()}
     merged = schema.with_metadata(metadata)
-    replace_atomically(final, lambda temporary: _write_merged(temporary, parts, merged))
+
+    def batches() -> Iterator[pa.RecordBatch]:  # the files' rows, in file order
+        for file in files:
+            if file.name in in_memory:
+                yield from in_memory[file.name].to_batches(max_chunksize=ROW_GROUP_ROWS)
+            else:
+                yield from fragments[file.name].to_batches(schema=plain, batch_size=ROW_GROUP_ROWS)
+
+    replace_atomically(final, lambda temporary: _write_merged(temporary, batches(), merged))
     _fsync(directory)
     for file in files:
         file.unlink(missing_ok=True)
@@ -228,12 +269,12 @@ def _older_part_of(found: pa.Schema, schema: pa.Schema) -> bool:
             and all(field.nullable for field in schema if field.name not in names))
 
 
-def _write_merged(path: Path, parts: ds.Dataset, schema: pa.Schema) -> None:
+def _write_merged(path: Path, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> None:
     """The parts' rows, in file order, in row groups of ROW_GROUP_ROWS, synced to disk."""
     with pq.ParquetWriter(path, schema, compression=COMPRESSION) as out:
         pending: list[pa.RecordBatch] = []
         rows = 0
-        for batch in parts.to_batches(batch_size=ROW_GROUP_ROWS):
+        for batch in batches:
             pending.append(batch.replace_schema_metadata(schema.metadata))
             rows += batch.num_rows
             if rows >= ROW_GROUP_ROWS:
