@@ -86,6 +86,8 @@ class Measured:
     cpu_s: float
     load: float | None = None
     """Mean 1-minute load average of the machine during the command."""
+    startup_cpu_s: float | None = None
+    """CPU seconds of the command's processes up to the first request the server saw: its start-up."""
     exit_s: float | None = None
     """Seconds from the server's last reply (its last request's arrival plus its latency) to the
     command's exit: what the command does once its last call is answered."""
@@ -127,4 +129,5 @@ def measure(argv: list[str], server: ServerProcess, log_path: Path, timeout_s: f
                     used_rise=meter.peak_used - meter.used_at_start, cpu_s=meter.cpu_s,
                     load=sum(meter.loads) / len(meter.loads) if meter.loads else None,
                     exit_s=started + wall - max(arrivals) - server.latency_s if arrivals else None,
+                    startup_cpu_s=meter.cpu_between(started, min(arrivals)) if arrivals else None,
                     output=log_path.read_text(errors="replace")[-4000:], stopped=stopped)

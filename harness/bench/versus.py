@@ -14,7 +14,8 @@ process they start is measured: a local Ray's too), against one `FakeChatServer`
 For N = 1, 64 and 256 each row gives the wall seconds, the harness's start-up stage by stage
 (composed, ray, pool, checked: manifest.json's startup_s), the seconds from the command to the first
 request the server saw and from its last reply to the command's exit, and the CPU seconds (user +
-system) of all the command's processes per call the server received, then the harness's figures over
+system) of all the command's processes per call the server received, those spent before the first
+call (the start-up), and per call those spent after it; then the harness's figures over
 inspect_ai's. inspect_ai is an optional extra: without it the section says how to install it and
 measures the harness alone.
 
@@ -122,10 +123,13 @@ def _row(tool: str, runs: int, calls: int, measured: Measured,
          startup_s: dict[str, float] | None = None) -> dict[str, Any]:
     ok = measured.returncode == 0 and not measured.stopped
     stages = {f"{stage}_s": (startup_s or {}).get(stage) for stage in STAGES}
+    started, calls_made = measured.startup_cpu_s, measured.requests
+    after = 1000 * (measured.cpu_s - started) / calls_made if calls_made and started is not None else None
     return {"tool": tool, "runs": runs, "calls": measured.requests, "expected": runs * calls,
             "wall_s": measured.wall_s, **stages, "first_call_s": measured.first_call_s,
             "exit_s": measured.exit_s,
             "cpu_ms_per_call": 1000 * measured.cpu_s / measured.requests if measured.requests else None,
+            "startup_cpu_s": started, "cpu_ms_per_call_after_start": after,
             "load": measured.load, "ok": "yes" if ok else (measured.stopped or f"exit {measured.returncode}")}
 
 
@@ -186,7 +190,8 @@ def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str,
 
     return {"tool": f"{ours['tool']} / inspect_ai", "runs": runs, "calls": None, "expected": None,
             "wall_s": over("wall_s"), "first_call_s": over("first_call_s"), "exit_s": over("exit_s"),
-            "cpu_ms_per_call": over("cpu_ms_per_call"), "load": None, "ok": ""}
+            "cpu_ms_per_call": over("cpu_ms_per_call"), "startup_cpu_s": over("startup_cpu_s"),
+            "cpu_ms_per_call_after_start": over("cpu_ms_per_call_after_start"), "load": None, "ok": ""}
 
 
 def parser() -> argparse.ArgumentParser:

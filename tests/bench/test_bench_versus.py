@@ -21,6 +21,9 @@ def test_without_inspect_ai_the_harness_is_measured_alone_and_the_install_is_nam
     assert row["tool"] == "harness" and row["ok"] == "yes", (row, log)
     assert row["calls"] == row["expected"] == 4, row  # every call reached the server
     assert 0 < row["first_call_s"] < row["wall_s"] and row["cpu_ms_per_call"] > 0, row
+    # What the command did after its last reply, and the CPU of its start-up apart from its calls'.
+    assert 0 < row["exit_s"] < row["wall_s"] - row["first_call_s"], row
+    assert row["startup_cpu_s"] > 0 and 0 < row["cpu_ms_per_call_after_start"] < row["cpu_ms_per_call"], row
     # Its start-up, stage by stage, from the command's manifest.json (startup_s): each stage after the
     # one before, all before the first call.
     stages = [row[f"{stage}_s"] for stage in ("composed", "ray", "pool", "checked")]
