@@ -106,7 +106,7 @@ def test_a_hostile_reply_leaves_every_row_and_a_finished_run(hostile_server, tmp
 
 
 def test_the_writer_hub_keeps_writing_a_jobs_calls_after_an_unwritable_row_and_tells_the_job(tmp_path):
-    from harness.driver.actors import WriterHub
+    from harness.driver.hub import WriterHub
 
     hub, job = WriterHub(), str(tmp_path)
     hub.open(job, flush_interval_s=0.0)

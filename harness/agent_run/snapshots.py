@@ -20,8 +20,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from harness.agent_api import Agent
 from harness.clock import utc_now
 from harness.config import ConfigError
@@ -46,7 +44,9 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
     try:
         learnt = await agent.export_learnt()
         (temporary / STATE).write_text(json.dumps(learnt.state, indent=1))
-        if learnt.memory is not None:
+        if learnt.memory is not None:  # an agent that has a memory has pyarrow loaded already
+            import pyarrow.parquet as pq
+
             pq.write_table(learnt.memory, temporary / MEMORY, compression="zstd")
         if learnt.files is not None:
             shutil.copytree(learnt.files, temporary / FILES)
@@ -64,6 +64,8 @@ async def save_snapshot(agent: Agent, run_dir: Path, run_id: str, episode_id: st
 
 async def load_snapshot(agent: Agent, directory: Path) -> None:
     """Give a freshly built agent the state of the snapshot in `directory`."""
+    import pyarrow.parquet as pq
+
     memory_file, files = directory / MEMORY, directory / FILES
     await agent.import_learnt(json.loads((directory / STATE).read_text()),
                               pq.read_table(memory_file) if memory_file.exists() else None,

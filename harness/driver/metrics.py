@@ -1,7 +1,7 @@
 """The Ray metrics of every run and sweep, defined in one place: names, descriptions, tag keys.
 
 One actor per pool exports them (a single run is a sweep of one, harness/driver/pool.py): the writer hub
-(harness/driver/actors.py), which receives every row of every job anyway. It tallies each batch into
+(harness/driver/hub.py), which receives every row of every job anyway. It tallies each batch into
 plain sums as it arrives and hands the sums to `ray.util.metrics` at most every
 `EXPORT_INTERVAL_S` and when a job closes, so a row costs a few dictionary additions, never a
 metrics call. Ray's metrics agent on the hub's node serves them on the node's metrics export port

@@ -4,8 +4,8 @@
   many, spread over its nodes; each holds one gateway replica (importing litellm only where its jobs'
   models need it: harness/models/gateway.py), and hosts the
   agent runs of any job as asyncio tasks (an agent run's memory, budget and records stay its own);
-- one writer hub on the driver's node, with a `TableWriter` for each job, writing into the job's
-  own directory;
+- one writer hub (harness/driver/hub.py) on the driver's node, with a `TableWriter` for each job,
+  writing into the job's own directory;
 - the model limits actor (harness/models/limits.py) and the local model servers it knows;
 - where a job embeds with the local MiniLM, one `MiniLMService` per node (harness/models/minilm.py): the
   model loaded once per node, the requests of all its workers batched into shared forward passes.
@@ -30,7 +30,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from harness.agent_run.spec import AgentRunSpec
 from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
 from harness.driver import signals
-from harness.driver.actors import AgentWorker, WriterHub
+from harness.driver.actors import AgentWorker
+from harness.driver.hub import WriterHub
 from harness.driver.preflight import CheckedParams
 from harness.errors import root_cause
 from harness.models.limits import ModelLimits

@@ -10,12 +10,14 @@ from __future__ import annotations
 import datetime as dt
 import types
 import typing
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from harness.tables.costs import add_costs
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SCHEMA_VERSION = "7"
 COMPRESSION = "zstd"
@@ -85,6 +87,8 @@ class Record(BaseModel):
 
     @classmethod
     def arrow_schema(cls) -> pa.Schema:
+        import pyarrow as pa  # where a table is written or read: an agent worker makes rows only
+
         fields = [pa.field(name, _arrow_type(f.annotation), nullable=_is_optional(f.annotation))
                   for name, f in cls.model_fields.items()]
         return pa.schema(fields, metadata={"harness.schema_version": SCHEMA_VERSION,
@@ -754,13 +758,8 @@ class Manifest(BaseModel):
     """The resolved Hydra config of the job."""
 
 
-_SCALARS: dict[Any, pa.DataType] = {
-    str: pa.string(),
-    int: pa.int64(),
-    float: pa.float64(),
-    bool: pa.bool_(),
-    dt.datetime: pa.timestamp("us", tz="UTC"),
-}
+_SCALARS: dict[Any, str] = {str: "string", int: "int64", float: "float64", bool: "bool_"}
+"""Python's scalar types and pyarrow's factory of each (datetime: UTC microseconds)."""
 
 
 def _non_none(annotation: Any) -> Any:
@@ -776,11 +775,15 @@ def _is_optional(annotation: Any) -> bool:
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:
+    import pyarrow as pa
+
     base = _non_none(annotation)
     if typing.get_origin(base) is Literal:
         return pa.string()
+    if base is dt.datetime:
+        return pa.timestamp("us", tz="UTC")
     if base in _SCALARS:
-        return _SCALARS[base]
+        return getattr(pa, _SCALARS[base])()
     raise TypeError(f"no Arrow type for annotation {annotation!r}")
 
 
