@@ -36,10 +36,13 @@ from harness.tables.costs import add_costs
 from harness.tables.orphans import drop_orphans, finished_episodes
 from harness.tables.records import COMPRESSION, TABLES, Episode
 
-KEPT_BYTES = 16 * 2**20
-"""A writer keeps the parts it wrote in memory up to this many bytes (Arrow's), so that its compaction
-at close need not read them back: reading a part costs about 0.7 ms whatever its size, and a sweep's
-jobs, ending together, are compacted one after another (issue 41: 0.17 s a job, 2.7 s for 16)."""
+KEPT_BYTES = 64 * 2**20
+"""The writers of a process (a pool's hub: every job of a sweep) keep the parts they wrote in memory up
+to this many bytes (Arrow's) in all, so that a compaction at close need not read them back: reading a
+part costs about 0.7 ms whatever its size, and a sweep's jobs, ending together, are compacted one
+after another (issue 41: 0.17 s a job, 2.7 s for 16). A part past it is read back."""
+_kept_bytes = 0
+"""What the writers of this process keep now (`KeptPart`), released as each closes."""
 REPLACES = b"harness.replaces"
 """Parquet metadata key of a compacted file: JSON list of the file names (same directory) it replaces."""
 COMPACTED = "-compacted.parquet"
@@ -64,7 +67,6 @@ class TableWriter:
                                          "errors": 0}
         self._last_flush = time.monotonic()
         self._kept: dict[str, dict[str, KeptPart]] = {name: {} for name in TABLES}
-        self._kept_bytes = 0
         # One writer per run directory: a writer left over from a killed run (its processes can
         # outlive the driver for a few seconds) must not add rows once a resumed run has started.
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -160,24 +162,32 @@ class TableWriter:
         episodes they have finished, which the new worker replays without writing."""
         self.flush()
         finished = finished_episodes(self.run_dir, run_ids)
-        self._kept = {name: {} for name in TABLES}  # the orphans' parts are rewritten
+        self._forget_kept()  # the orphans' parts are rewritten
         drop_orphans(self.run_dir, finished, set(run_ids))
         return sorted(finished)
 
     def close(self, compact: bool = True) -> dict[str, int]:
         """Flush everything, give every table that has no file a zero-row part with its schema, and
         (with `compact`) merge each table's files into one; rows written per table by this writer."""
-        self.flush()
-        for table, model in TABLES.items():
-            directory = self.run_dir / table
-            if not list(directory.glob("*.parquet")):
-                self._write_part(table, [])
-            elif compact:
-                self._check_lease()
-                compact_table(directory, model.arrow_schema(), f"{self._writer_id}-{self._sequence:06d}",
-                              self._kept[table])
-                self._sequence += 1
+        try:
+            self.flush()
+            for table, model in TABLES.items():
+                directory = self.run_dir / table
+                if not list(directory.glob("*.parquet")):
+                    self._write_part(table, [])
+                elif compact:
+                    self._check_lease()
+                    compact_table(directory, model.arrow_schema(), f"{self._writer_id}-{self._sequence:06d}",
+                                  self._kept[table])
+                    self._sequence += 1
+        finally:
+            self._forget_kept()  # whether or not it could compact: the hub lives on for other jobs
         return dict(self._rows_written)
+
+    def _forget_kept(self) -> None:
+        global _kept_bytes
+        _kept_bytes -= sum(part.table.nbytes for parts in self._kept.values() for part in parts.values())
+        self._kept = {name: {} for name in TABLES}
 
     def _check_lease(self) -> None:
         if self._lease.read_text() != self._writer_id:
@@ -191,9 +201,10 @@ class TableWriter:
         replace_atomically(final, lambda temporary: pq.write_table(arrow_table, temporary,
                                                                    compression=COMPRESSION))
         self._sequence += 1
-        if self._kept_bytes + arrow_table.nbytes <= KEPT_BYTES:
+        global _kept_bytes
+        if _kept_bytes + arrow_table.nbytes <= KEPT_BYTES:
             self._kept[table][final.name] = KeptPart(arrow_table, final.stat())
-            self._kept_bytes += arrow_table.nbytes
+            _kept_bytes += arrow_table.nbytes
 
 
 class KeptPart:

@@ -142,6 +142,27 @@ def test_the_parts_a_writer_kept_in_memory_compact_as_the_same_file_read_from_di
     assert len(replaced) == 6 and replaced[0].endswith(COMPACTED)
 
 
+def test_what_writers_keep_is_bounded_for_the_whole_process_and_let_go_at_close(tmp_path, monkeypatch):
+    """A sweep's hub holds every job's writer: the bytes they keep are counted together, past the bound
+    parts are read back instead, and a writer's close gives its share back, also when it fails."""
+    import harness.tables.writer as writer_module
+
+    before = writer_module._kept_bytes
+    one_part = pa.Table.from_pylist([call_row(0)], schema=LLMCall.arrow_schema()).nbytes
+    monkeypatch.setattr(writer_module, "KEPT_BYTES", before + 3 * one_part)
+    writers = [TableWriter(tmp_path / name, flush_interval_s=0) for name in ("a", "b")]
+    for i in range(2):
+        for writer in writers:
+            writer.append("llm_calls", [call_row(i)])
+    assert writer_module._kept_bytes == before + 3 * one_part  # the fourth part is not kept
+    assert sorted(len(w._kept["llm_calls"]) for w in writers) == [1, 2]
+    writers[0].close()
+    monkeypatch.setattr(writer_module, "_fsync", lambda path: (_ for _ in ()).throw(OSError(28, "full")))
+    with pytest.raises(OSError):
+        writers[1].close()
+    assert writer_module._kept_bytes == before
+
+
 def test_a_kept_part_rewritten_on_disk_since_is_read_from_disk(tmp_path):
     """Rows set aside after a dead worker rewrite its parts (harness/tables/orphans.py): the file as it
     is now is what gets compacted, not the copy the writer kept."""
