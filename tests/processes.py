@@ -79,6 +79,15 @@ class StartedCli:
                                             stdout=out, stderr=err, text=True, start_new_session=True,
                                             env=env)
 
+    def wait_past_ray_start(self, timeout: float = 120) -> None:
+        """Until its Ray has started (or it has ended): commands started together start their Rays one
+        after another. Ray's raylet aborts when its agent takes more than 15 s to start, which four
+        Rays starting at once beside the suite's other tests have made it take."""
+        deadline = time.monotonic() + timeout
+        while (self.process.poll() is None and "a local Ray" not in self.out.read_text()
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+
     def result(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         try:
             self.process.wait(timeout=timeout)

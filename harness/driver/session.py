@@ -128,8 +128,11 @@ def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool =
 def start_local_ray(**options: Any) -> Any:
     """`ray.init(address="local", **options)`, two of its start's waits taken off its path, and a
     second start where the first timed out (`_start_local_ray_once`). Ray gives its node 30 s to
-    register, a limit no option changes; a machine loaded by other runs (the suite's parallel tests
-    here) has let it pass, and a fresh start has then gone through in seconds."""
+    register, a limit no option changes, and its raylet 15 s to find its dashboard agent's port files,
+    after which it aborts (raylet.out: "Timed out waiting for file .../metrics_agent_port_<node>"; Ray
+    2.60 reads no setting for it, `agent_register_timeout_ms` included). A machine loaded by other runs
+    (the suite's parallel tests here: the agent 22 s into its imports) has let both pass, and a fresh
+    start has then gone through in seconds."""
     try:
         return _start_local_ray_once(**options)
     except Exception as error:

@@ -101,11 +101,14 @@ ONE_FAILING = ["-m", "seed=0,1", "stream.num_tasks=8,100000", "model=scripted",
 @pytest.fixture(scope="module")
 @tiers.starts_processes
 def sweeps(tmp_path_factory) -> Iterator[dict[str, StartedCli]]:
-    """The sweeps of the tests below, all started at once (each into a directory of its own): a test
-    waits for its own."""
+    """The sweeps of the tests below, run side by side (each into a directory of its own), each
+    started once the one before has its Ray: a test waits for its own."""
     root = tmp_path_factory.mktemp("sweeps")
-    started = {name: StartedCli(root / name.replace(" ", "-"), *overrides) for name, overrides in
-               (("sequential", SEQUENTIAL), ("all failing", ALL_FAILING), ("one failing", ONE_FAILING))}
+    started = {}
+    for name, overrides in (("sequential", SEQUENTIAL), ("all failing", ALL_FAILING),
+                            ("one failing", ONE_FAILING)):
+        started[name] = StartedCli(root / name.replace(" ", "-"), *overrides)
+        started[name].wait_past_ray_start()
     yield started
     for sweep in started.values():
         stop_session(sweep.process)

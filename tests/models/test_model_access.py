@@ -84,14 +84,18 @@ MOSTLY_FAILING = ["model=scripted", "embedder=hashing", "model.scripted.fail_rat
 @pytest.fixture(scope="module")
 @tiers.starts_processes
 def commands(tmp_path_factory) -> Iterator[dict[str, StartedCli]]:
-    """The command-line runs of the tests below that need no server of their own, all started at
-    once (each into a directory of its own): a test waits for its own."""
+    """The command-line runs of the tests below that need no server of their own, run side by side
+    (each into a directory of its own), each started once the one before has its Ray: a test waits
+    for its own."""
     root = tmp_path_factory.mktemp("commands")
-    started = {model: StartedCli(root / model.replace("/", "-"), "model=litellm", f"model.name={model}",
-                                 *QUIET, env=NO_KEYS) for model in MISSING_KEYS}
-    started["embedder"] = StartedCli(root / "embedder", "model=scripted", "variant=memory",
-                                     "embedder=litellm", *QUIET, env=NO_KEYS)
-    started["mostly failing"] = StartedCli(root / "mostly-failing", *MOSTLY_FAILING, *QUIET)
+    commands = {model: (root / model.replace("/", "-"), "model=litellm", f"model.name={model}", *QUIET)
+                for model in MISSING_KEYS}
+    commands["embedder"] = (root / "embedder", "model=scripted", "variant=memory", "embedder=litellm", *QUIET)
+    commands["mostly failing"] = (root / "mostly-failing", *MOSTLY_FAILING, *QUIET)
+    started = {}
+    for name, (directory, *overrides) in commands.items():
+        started[name] = StartedCli(directory, *overrides, env=None if name == "mostly failing" else NO_KEYS)
+        started[name].wait_past_ray_start()
     yield started
     for command in started.values():
         stop_session(command.process)
