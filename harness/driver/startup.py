@@ -68,10 +68,12 @@ def changed_modules(_actor: object = None, names: Collection[str] | None = None)
 
 
 def end_without_collecting() -> None:
-    """At this process's exit, once every exit handler has run (Ray's shutdown, logging's flush: they
-    were registered later, so they run first), leave the objects still in memory to the OS instead of
-    Python's final garbage collection, which took 1.0-1.1 s of a command's end here (py-spy: the
-    interpreter's `gc_collect_main` with no Python frame above it, over litellm's, Ray's and polars'
-    objects). Nothing is lost: the tables were closed by the writer actor, the manifest and the logs
-    flushed; standard output and error are still flushed by the interpreter."""
+    """At this process's exit, leave the objects in memory to the OS instead of Python's final garbage
+    collection, which took 1.0-1.1 s of a command's end here (py-spy: the interpreter's
+    `gc_collect_main` with no Python frame above it, over litellm's, Ray's and polars' objects): the
+    heap is frozen (`gc.freeze`) by an exit handler, and the collections at exit pass over it. Every
+    exit handler still runs, before it or after it (Ray's shutdown, logging's flush); an object left
+    in a reference cycle is not finalised. Nothing is lost: the tables were closed by the writer
+    actor, the manifest written; logging flushes its handlers, and the interpreter standard output
+    and error."""
     atexit.register(gc.freeze)

@@ -12,9 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ENDING = textwrap.dedent("""
     import atexit, sys
     from harness.driver.startup import end_without_collecting
+    atexit.register(print, "earlier handler ran", flush=True)  # registered before it, as logging's is
     if sys.argv[1] == "quick":
         end_without_collecting()
-    atexit.register(print, "exit handler ran", flush=True)  # registered later: runs first, as Ray's does
+    atexit.register(print, "exit handler ran", flush=True)  # registered after it: runs before it
 
     class Cycle:
         def __del__(self):
@@ -34,11 +35,11 @@ def ended(how: str) -> str:
 
 
 def test_exit_handlers_run_and_nothing_printed_is_lost_but_nothing_is_collected():
-    assert ended("quick") == "printed lastexit handler ran\n"
+    assert ended("quick") == "printed lastexit handler ran\nearlier handler ran\n"
 
 
 def test_without_it_python_collects_at_exit():
-    assert ended("as python does") == "printed lastexit handler ran\ncollected\n"
+    assert ended("as python does") == "printed lastexit handler ran\nearlier handler ran\ncollected\n"
 
 
 def test_the_harness_commands_end_so():
