@@ -70,7 +70,10 @@ def test_commands_on_the_warm_pool_write_the_rows_of_their_own_pool_on_fresh_pro
     finally:
         for command in commands.values():
             stop_session(command)
-    assert all(command.returncode == 0 for command in commands.values()), output
+    said = {name: [line for line in out.splitlines() if "error" in line.lower() or "failed" in line][-10:]
+            or out[-2000:] for name, out in output.items()}
+    assert all(command.returncode == 0 for command in commands.values()), {
+        name: (command.returncode, said[name]) for name, command in commands.items()}
     [warm_one] = [name for name, out in output.items() if "on the warm pool: generation 1, 1 agent" in out]
     [cold_one] = [name for name, out in output.items() if "pool is not used: another command holds" in out]
     assert "on the warm pool" not in output[cold_one]
