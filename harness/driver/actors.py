@@ -72,9 +72,13 @@ class ActorSink:
             _, self._pending = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
 
     async def drain(self) -> None:
+        """Send what is batched and wait until every send so far has arrived. The sends are awaited,
+        not taken: the worker's jobs share this sink, and a drain that took them left a job ending at
+        the same moment nothing to wait for, so its driver closed its writer before its rows arrived
+        (the hub drops rows of a closed job: a job "finished" with no episode rows, seen in the
+        two-node and warm-pool tests)."""
         self._send()
-        pending, self._pending = self._pending, []
-        await asyncio.gather(*pending)
+        await asyncio.gather(*list(self._pending))
 
 
 @dataclass(frozen=True)
