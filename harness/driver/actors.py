@@ -6,7 +6,7 @@
   global: harness.models.limits);
 - the writer hub (harness/driver/hub.py) holds one `TableWriter` per job, each writing into its own
   job's directory: a module of its own, so that an agent worker, which imports this one, never
-  imports the tables' pyarrow (0.15-0.3 s of each worker's start);
+  imports the tables' pyarrow (this module's import took 618 ms with it, 245 ms without it);
 - a `ModelLimits` actor (one per run or sweep) holds the limits the replicas share.
 """
 

@@ -8,6 +8,7 @@ every Parquet file's metadata. Bump it whenever a column is added, removed or ch
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import types
 import typing
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -758,8 +759,13 @@ class Manifest(BaseModel):
     """The resolved Hydra config of the job."""
 
 
-_SCALARS: dict[Any, str] = {str: "string", int: "int64", float: "float64", bool: "bool_"}
-"""Python's scalar types and pyarrow's factory of each (datetime: UTC microseconds)."""
+@functools.cache
+def _scalars() -> dict[Any, pa.DataType]:
+    """Python's scalar types as Arrow's (pyarrow imported on first use)."""
+    import pyarrow as pa
+
+    return {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(),
+            dt.datetime: pa.timestamp("us", tz="UTC")}
 
 
 def _non_none(annotation: Any) -> Any:
@@ -775,15 +781,11 @@ def _is_optional(annotation: Any) -> bool:
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:
-    import pyarrow as pa
-
     base = _non_none(annotation)
     if typing.get_origin(base) is Literal:
-        return pa.string()
-    if base is dt.datetime:
-        return pa.timestamp("us", tz="UTC")
-    if base in _SCALARS:
-        return getattr(pa, _SCALARS[base])()
+        base = str
+    if base in _scalars():
+        return _scalars()[base]
     raise TypeError(f"no Arrow type for annotation {annotation!r}")
 
 
