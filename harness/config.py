@@ -366,6 +366,9 @@ class CacheSettings(_Strict):
     enabled: bool
     dir: str = Field(min_length=1)
     charge: bool
+    model_checks: str | None = Field(default=None, min_length=1)
+    """Where the model check keeps what it learnt from litellm about each model (harness/driver/preflight.py
+    `recall_checks`); None: the check runs in full every time."""
 
 
 class OutputSettings(_Strict):

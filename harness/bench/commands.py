@@ -20,13 +20,22 @@ from harness.bench.meter import ProcessMeter, kill_session, wait_unreaped
 GIB = 2**30
 
 
-def fake_model_overrides(server: ServerProcess, tasks: int, max_concurrency: int) -> list[str]:
+def fake_model_overrides(server: ServerProcess, tasks: int, max_concurrency: int,
+                         model_checks: Path) -> list[str]:
     """`python -m harness` overrides that run the baseline on the bench's HTTP model, `tasks` calls an
-    agent run, without the response cache, the dashboard or the progress bar."""
+    agent run, without the response cache, the dashboard or the progress bar; the model check kept in
+    `model_checks`, the bench's own directory, so that its first command checks in full
+    (`model_check_kept`)."""
     return ["variant=baseline", "model=litellm", f"model.name={MODEL}", f"model.api_base={server.api_base}",
             f"model.max_concurrency={max_concurrency}", "cache.enabled=false", "embedder=hashing",
             f"stream.num_tasks={tasks}", "stream.tuning_size=0", "ray.include_dashboard=false",
-            "progress=false"]
+            "progress=false", f"cache.model_checks={model_checks}"]
+
+
+def model_check_kept(model_checks: Path) -> str:
+    """"yes" where a command of `fake_model_overrides` will recall its model check from `model_checks`
+    (harness/driver/preflight.py `recall_checks`: litellm not imported for it), else "no"."""
+    return "yes" if any(model_checks.glob("*.json")) else "no"
 
 
 class WarmPoolProcess:

@@ -34,7 +34,14 @@ from typing import Any
 
 import polars as pl
 
-from harness.bench.commands import GIB, Measured, WarmPoolProcess, fake_model_overrides, measure
+from harness.bench.commands import (
+    GIB,
+    Measured,
+    WarmPoolProcess,
+    fake_model_overrides,
+    measure,
+    model_check_kept,
+)
 from harness.bench.common import table, unix
 from harness.bench.fake_chat import MODEL, ServerProcess
 from harness.driver.startup import STAGES
@@ -180,9 +187,11 @@ def _section(plan: list[tuple[str, int]], tasks: int, latency_s: float, max_conc
         if directory is None:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-sweep-")))
         rows = []
+        model_checks = directory / "model_checks"
         for kind, n in plan:
-            overrides = [*fake_model_overrides(server, tasks, max_concurrency),
+            overrides = [*fake_model_overrides(server, tasks, max_concurrency, model_checks),
                          *(warm.overrides() if warm else [])]
+            kept = None if warm else model_check_kept(model_checks)  # on a warm pool its worker checks
             out = directory / f"{'sweep' if kind == 'sweep' else 'runs'}-{n}{'-warm' if warm else ''}"
             if warm is not None:
                 warm.wait_ready()
@@ -198,6 +207,7 @@ def _section(plan: list[tuple[str, int]], tasks: int, latency_s: float, max_conc
             results = (read_results(out) if out.is_dir()
                        else Results(jobs=0, runs=0, calls=0, chain=0, episodes=0, window_s=None))
             row = _row(f"{kind} (warm)" if warm else kind, n, measured, results, latency_s, max_concurrency)
+            row["model check kept"] = kept
             rows.append(row)
             if echo:
                 print(table([row]), flush=True)

@@ -19,6 +19,11 @@ call (the start-up), and per call those spent after it; then the harness's figur
 inspect_ai's. inspect_ai is an optional extra: without it the section says how to install it and
 measures the harness alone.
 
+Before them, `harness (model check not kept)`: a user's first command, whose model check (litellm's
+mapping of the model's parameters, harness/driver/preflight.py) is not kept yet and imports litellm;
+every later harness row recalls it, as a user's later commands with the same model do (its
+`model_check_kept` says which).
+
 The first row, `ray floor`, is what any tool that runs its agents in Ray actors pays before its first
 model call, measured the same way: a script that starts a fresh local Ray as the harness does (no
 dashboard), creates one actor and sends one request from it (`RAY_FLOOR`). A harness row's first
@@ -36,7 +41,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.bench.commands import Measured, WarmPoolProcess, fake_model_overrides, measure
+from harness.bench.commands import Measured, WarmPoolProcess, fake_model_overrides, measure, model_check_kept
 from harness.bench.common import table
 from harness.bench.fake_chat import MODEL, ServerProcess
 from harness.bench.sweep import read_results
@@ -106,8 +111,9 @@ def inspect_available() -> bool:
     return EXTRAS["inspect"].installed and shutil.which("inspect") is not None
 
 
-def harness_argv(server: ServerProcess, runs: int, calls: int, cap: int, out: Path) -> list[str]:
-    return [sys.executable, "-m", "harness", *fake_model_overrides(server, calls, cap),
+def harness_argv(server: ServerProcess, runs: int, calls: int, cap: int, out: Path,
+                 model_checks: Path) -> list[str]:
+    return [sys.executable, "-m", "harness", *fake_model_overrides(server, calls, cap, model_checks),
             f"seeds=[{','.join(str(seed) for seed in range(runs))}]", f"hydra.run.dir={out}"]
 
 
@@ -120,7 +126,7 @@ def inspect_argv(server: ServerProcess, runs: int, calls: int, cap: int, task_fi
 
 
 def _row(tool: str, runs: int, calls: int, measured: Measured,
-         startup_s: dict[str, float] | None = None) -> dict[str, Any]:
+         startup_s: dict[str, float] | None = None, check_kept: str | None = None) -> dict[str, Any]:
     ok = measured.returncode == 0 and not measured.stopped
     stages = {f"{stage}_s": (startup_s or {}).get(stage) for stage in STAGES}
     started, calls_made = measured.startup_cpu_s, measured.requests
@@ -130,7 +136,8 @@ def _row(tool: str, runs: int, calls: int, measured: Measured,
             "exit_s": measured.exit_s,
             "cpu_ms_per_call": 1000 * measured.cpu_s / measured.requests if measured.requests else None,
             "startup_cpu_s": started, "cpu_ms_per_call_after_start": after,
-            "load": measured.load, "ok": "yes" if ok else (measured.stopped or f"exit {measured.returncode}")}
+            "model_check_kept": check_kept, "load": measured.load,
+            "ok": "yes" if ok else (measured.stopped or f"exit {measured.returncode}")}
 
 
 def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap: int = 256,
@@ -156,6 +163,10 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
         print("Ray's floor: a fresh Ray, one actor, one call ...", flush=True)
         rows.append(_row("ray floor", 1, 1, measure([sys.executable, str(floor), server.api_base], server,
                                                      work / "ray_floor.log", timeout_s)))
+        # A user's first command checks its model in full (importing litellm: seconds); later ones with
+        # the same model recall it (harness/driver/preflight.py). The rows below recall it.
+        first = "harness (model check not kept)"
+        rows.append(_harness_row(server, 1, calls, cap, work, timeout_s, None, first))
         for n in runs:
             ours = [_harness_row(server, n, calls, cap, work, timeout_s, None)]
             ours += [_harness_row(server, n, calls, cap, work, timeout_s, pool)] if pool else []
@@ -172,15 +183,17 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
 
 
 def _harness_row(server: ServerProcess, n: int, calls: int, cap: int, work: Path, timeout_s: float,
-                 warm: WarmPoolProcess | None) -> dict[str, Any]:
-    tool = "harness (warm)" if warm else "harness"
+                 warm: WarmPoolProcess | None, tool: str | None = None) -> dict[str, Any]:
+    tool = tool or ("harness (warm)" if warm else "harness")
     print(f"{tool}: {n} agent runs x {calls} calls ...", flush=True)
-    out = work / f"harness-{n}{'-warm' if warm else ''}"
-    argv = harness_argv(server, n, calls, cap, out) + (warm.overrides() if warm else [])
+    out = work / f"harness-{n}{'-warm' if warm else ''}{'-first' if 'not kept' in tool else ''}"
+    model_checks = work / "model_checks"
+    kept = None if warm else model_check_kept(model_checks)  # on a warm pool, its worker checks
+    argv = harness_argv(server, n, calls, cap, out, model_checks) + (warm.overrides() if warm else [])
     if warm:
         warm.wait_ready()
     measured = measure(argv, server, work / f"{out.name}.log", timeout_s, also=(warm.pid,) if warm else ())
-    return _row(tool, n, calls, measured, read_results(out).startup_s if out.is_dir() else None)
+    return _row(tool, n, calls, measured, read_results(out).startup_s if out.is_dir() else None, kept)
 
 
 def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from harness.driver import startup
 from harness.driver.lock import exclusive
 from harness.driver.metrics import metrics_endpoint
 from harness.driver.pool import AgentPool
-from harness.driver.preflight import load_litellm_meanwhile, needs_litellm
+from harness.driver.preflight import checks_need_litellm, load_litellm_meanwhile
 from harness.driver.progress import SweepProgress, job_status_line, progress_actor_name, render
 from harness.driver.session import check_alive, resume_hint, start_pool
 from harness.driver.signals import stop_reason
@@ -194,7 +194,7 @@ class Sweep:
             extras.check(HarnessConfig.from_dictconfig(composed[0][0]))
         assert first is not None
         startup.mark("composed")  # the first job's config: Ray starts with its settings
-        if first.ray.address != "warm" and needs_litellm(first):  # its jobs' checks run in this process
+        if first.ray.address != "warm" and checks_need_litellm(first):  # its jobs' checks run in this process
             load_litellm_meanwhile()
 
         def models_of_every_job() -> list[EndpointSettings]:  # while the pool's workers start

@@ -1,11 +1,16 @@
 """The preflight stage of a job: everything that can be checked is checked before any episode runs
 (the agent's options and the cache directory in the driver; model access and parameters in a thread
-of the driver while Ray and the pool start, or on a warm pool's worker, where litellm is loaded). A
-run directory that already holds episodes is planned as a resume by harness/driver/resume.py.
+of the driver while Ray and the pool start, or on a warm pool's worker, where litellm is loaded; a
+check that needed litellm and passed is kept, so that a later command need not import it to know the
+same). A run directory that already holds episodes is planned as a resume by harness/driver/resume.py.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
 import tempfile
 import threading
 import urllib.error
@@ -20,8 +25,10 @@ from harness.agent_run.runner import build_agent
 from harness.agent_run.spec import AgentRunSpec
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
 from harness.errors import one_line
+from harness.files import write_text_atomically
 from harness.models.model_client import AgentModelClient
 from harness.models.param_map import PROVIDER, ParamMap
+from harness.redact import SECRET_NAME
 
 SAMPLING_PROBE = {"temperature": 0.7, "seed": 1}
 """Parameters agents set per call (agents/base.py `sampling`), checked as the config's are."""
@@ -83,21 +90,118 @@ def needs_litellm(settings: HarnessConfig) -> bool:
 
 def start_model_checks(settings: HarnessConfig) -> Future[CheckedParams]:
     """`check_models` in a thread of the driver, started now: where it imports litellm (seconds), that
-    happens while Ray and the pool start, so no agent worker need import it for the lean path. Its
-    failure is raised where the result is asked for."""
+    happens while Ray and the pool start, so no agent worker need import it for the lean path. A check
+    that passed before with the same facts (`recall_checks`) is not run again. Its failure is raised
+    where the result is asked for."""
     checks: Future[CheckedParams] = Future()
 
     def check() -> None:
         try:
-            checks.set_result(check_models(settings))
+            checked = check_models(settings)
         except BaseException as error:  # raised in the job's thread, as though checked there
             checks.set_exception(error)
+            return
+        remember_checks(settings, checked)
+        checks.set_result(checked)
 
-    if needs_litellm(settings):
+    remembered = recall_checks(settings)
+    if remembered is not None:
+        checks.set_result(remembered)
+    elif needs_litellm(settings):
         threading.Thread(target=check, name="model checks", daemon=True).start()
     else:
         check()
     return checks
+
+
+def checks_need_litellm(settings: HarnessConfig) -> bool:
+    """Whether this job's model checks will import litellm in this process: they need it, and did not
+    pass before with the same facts."""
+    return needs_litellm(settings) and recall_checks(settings) is None
+
+
+def recall_checks(settings: HarnessConfig) -> CheckedParams | None:
+    """What `check_models` returned for these settings before, where it needed litellm and passed: it
+    depends on nothing else than the facts of `_check_key` (litellm's version and settings, the
+    harness's code, the models' settings), so a later command need not import litellm to know it.
+    None where it is not kept (`cache.model_checks` null, never checked, unreadable)."""
+    path = _check_path(settings)
+    if path is None:
+        return None
+    try:
+        return _checked_of_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # not there, or not as written: checked again, and written anew
+
+
+def remember_checks(settings: HarnessConfig, checked: CheckedParams) -> None:
+    """Keep a passed check for `recall_checks`, written whole or not at all (commands share the
+    directory); where it cannot be written, or would not read back the same, it is not kept."""
+    path = _check_path(settings)
+    text = json.dumps(_checked_as_json(checked), sort_keys=True)
+    if path is None or _checked_of_json(json.loads(text)) != checked:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, text)
+    except OSError:
+        pass  # only a later command's start is slower for it
+
+
+def _check_path(settings: HarnessConfig) -> Path | None:
+    if settings.cache.model_checks is None or not needs_litellm(settings):
+        return None
+    return Path(settings.cache.model_checks).expanduser() / f"{_check_key(settings)}.json"
+
+
+def _check_key(settings: HarnessConfig) -> str:
+    """A digest of all that `check_models` depends on: litellm's version and its settings in the
+    environment (a secret's aside), the harness's code, the models' settings."""
+    litellm_env = sorted((name, value) for name, value in os.environ.items()
+                         if name.upper().startswith("LITELLM") and not SECRET_NAME.search(name))
+    facts = {"litellm": _litellm_version(), "litellm_env": litellm_env, "code": _code_digest(),
+             # Of a server's address the check needs only whether there is one: another port, the same.
+             **{group: {**model.model_dump(mode="json"), "api_base": model.api_base is not None}
+                for group, model in (("model", settings.model), ("embedder", settings.embedder))},
+             "max_cost_usd": settings.budget.max_cost_usd}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+@functools.cache
+def _litellm_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("litellm")
+    except PackageNotFoundError:
+        return "absent"
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The harness's code that a check runs or reads: the config, this module, the models' modules."""
+    harness = Path(__file__).resolve().parents[1]
+    files = [harness / "config.py", Path(__file__).resolve(), *sorted((harness / "models").glob("*.py"))]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+def _checked_as_json(checked: CheckedParams) -> dict[str, Any]:
+    mapped = checked.param_map
+    return {"params": checked.params, "refused": list(checked.refused), "notes": list(checked.notes),
+            "mark_cache": checked.mark_cache, "function_calling": checked.function_calling,
+            "param_map": None if mapped is None else {"model": mapped.model,
+                                                      "unchanged": sorted(mapped.unchanged)}}
+
+
+def _checked_of_json(data: dict[str, Any]) -> CheckedParams:
+    mapped = data["param_map"]
+    return CheckedParams(
+        params=dict(data["params"]), refused=tuple(data["refused"]), notes=tuple(data["notes"]),
+        mark_cache=bool(data["mark_cache"]), function_calling=data["function_calling"],
+        param_map=None if mapped is None else ParamMap(str(mapped["model"]), frozenset(mapped["unchanged"])))
 
 
 def workers_need_litellm(models: Sequence[EndpointSettings]) -> bool:

@@ -13,10 +13,14 @@ def test_without_inspect_ai_the_harness_is_measured_alone_and_the_install_is_nam
     monkeypatch.setattr(versus, "inspect_available", lambda: False)
     rows = versus.versus_section([2], calls=2, latency_s=0.05, keep=tmp_path)
     assert "pip install inspect-ai" in capsys.readouterr().out
-    floor, row = rows
+    floor, first, row = rows
     # What any tool running its agents in Ray actors waits for: a fresh Ray, one actor, one request.
     assert floor["tool"] == "ray floor" and floor["ok"] == "yes" and floor["calls"] == 1, floor
     assert 0 < floor["first_call_s"] < floor["wall_s"], floor
+    # A user's first command checks the model in full; the rows after it recall that check.
+    assert first["tool"] == "harness (model check not kept)" and first["ok"] == "yes", first
+    kept = (first["runs"], first["model_check_kept"], row["model_check_kept"])
+    assert kept == (1, "no", "yes"), (first, row)
     log = (tmp_path / "harness-2.log").read_text()[-3000:]
     assert row["tool"] == "harness" and row["ok"] == "yes", (row, log)
     assert row["calls"] == row["expected"] == 4, row  # every call reached the server
