@@ -26,14 +26,16 @@ every later harness row recalls it, as a user's later commands with the same mod
 
 The first row, `ray floor`, is what any tool that runs its agents in Ray actors pays before its first
 model call, measured the same way: a script that starts a fresh local Ray as the harness does (no
-dashboard), creates one actor and sends one request from it (`RAY_FLOOR`). A harness row's first
-call minus the floor's is the harness's own start-up; the floor minus inspect_ai's is Ray's.
+dashboard, the harness's Ray settings), creates one actor and sends one request from it
+(`RAY_FLOOR`). A harness row's first call minus the floor's is the harness's own start-up; the floor
+minus inspect_ai's is Ray's.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shutil
 import sys
 import tempfile
@@ -45,7 +47,7 @@ from harness.bench.commands import Measured, WarmPoolProcess, fake_model_overrid
 from harness.bench.common import table
 from harness.bench.fake_chat import MODEL, ServerProcess
 from harness.bench.sweep import read_results
-from harness.driver.startup import STAGES
+from harness.driver.startup import LOCAL_RAY_SYSTEM_CONFIG, STAGES
 from harness.extras import EXTRAS
 
 INSTALL = "pip install inspect-ai  (or: pip install -e '.[inspect]')"
@@ -101,7 +103,8 @@ RAY_FLOOR = textwrap.dedent('''
                 return reply.status
 
 
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
+             _system_config=json.loads(sys.argv[2]))  # the harness's (harness/driver/startup.py)
     print(ray.get(Caller.remote().call.remote(sys.argv[1])))
     ray.shutdown()
 ''')
@@ -161,8 +164,8 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
         floor = work / "ray_floor.py"
         floor.write_text(RAY_FLOOR)
         print("Ray's floor: a fresh Ray, one actor, one call ...", flush=True)
-        rows.append(_row("ray floor", 1, 1, measure([sys.executable, str(floor), server.api_base], server,
-                                                     work / "ray_floor.log", timeout_s)))
+        floor_argv = [sys.executable, str(floor), server.api_base, json.dumps(LOCAL_RAY_SYSTEM_CONFIG)]
+        rows.append(_row("ray floor", 1, 1, measure(floor_argv, server, work / "ray_floor.log", timeout_s)))
         # A user's first command checks its model in full (importing litellm: seconds); later ones with
         # the same model recall it (harness/driver/preflight.py). The rows below recall it.
         first = "harness (model check not kept)"

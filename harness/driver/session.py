@@ -259,7 +259,8 @@ def ray_session(settings: RaySettings, namespace: str | None = None
             # HARNESS_ENV in it). A runtime_env would keep the actors off the worker processes Ray
             # starts ahead with ray.init (they have none): each would start a process of its own.
             context = start_local_ray(include_dashboard=settings.include_dashboard,
-                                      dashboard_host="127.0.0.1", **options)
+                                      dashboard_host="127.0.0.1",
+                                      _system_config=startup.LOCAL_RAY_SYSTEM_CONFIG, **options)
             joined = "started a local Ray for this run"
         elif settings.address == "warm":
             # Its Ray's processes have the harness's environment from the process that started it;

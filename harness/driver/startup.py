@@ -21,6 +21,14 @@ STAGES = ("composed", "ray", "pool", "checked")
 """The config composed and validated; Ray started or joined; the agent pool ready (its workers'
 imports paid, its local servers answering); the models checked (harness/driver/preflight.py)."""
 
+LOCAL_RAY_SYSTEM_CONFIG = {"raylet_client_connect_timeout_milliseconds": 100,
+                           "raylet_client_num_connect_attempts": 100}
+"""Ray's system config for a Ray the harness starts (harness/driver/session.py): as the raylet starts,
+its object manager connects to the object store it has just started, and where the store is not
+listening yet, waits for a retry: 1 s by Ray's default (10 attempts). Half the starts here waited that
+second (raylet.out: "ObjectManager server started" 1.0 s after the store's first dump; ray.init 3.6 s
+instead of 2.5). Retried every 100 ms, 100 times, it gives up after the same 10 s."""
+
 _marks: dict[str, float] = {}
 
 

@@ -1,6 +1,7 @@
 """A Ray this harness starts shares the machine with others (another run, the suite's own): its node
 must not fight them for Ray's fixed ports."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -98,3 +99,23 @@ def test_a_node_that_timed_out_registering_is_ended_and_started_once_more():
     assert "did not register in time" in done.stderr and "starting it once more" in done.stderr
     count, raylet, alive = done.stdout.split("first", 1)[1].split()[:3]
     assert int(count) >= 4 and raylet == "True" and alive == "False", done.stdout
+
+
+def test_the_raylet_of_a_local_ray_retries_its_object_store_within_a_tenth_of_a_second():
+    """A store not yet listening when the raylet's object manager connects cost a second's retry in
+    half the starts with Ray's default (harness/driver/startup.py): a command's Ray and the bench's
+    floor are started with a retry every 100 ms, given up after the same 10 s."""
+    script = textwrap.dedent("""
+        import contextlib, json
+        import ray
+        from harness.config import RaySettings
+        from harness.driver.session import ray_session
+        settings = RaySettings(address=None, num_workers=1, include_dashboard=False, limits=None)
+        with ray_session(settings):
+            print("config", json.dumps(ray._private.worker._global_node._config))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    config = json.loads(done.stdout.split("config", 1)[1].splitlines()[0])
+    assert config["raylet_client_connect_timeout_milliseconds"] == 100
+    assert config["raylet_client_num_connect_attempts"] * 100 == 10_000  # Ray's default: 10 x 1 s
