@@ -148,17 +148,21 @@ NODE_TIMED_OUT = "node timed out during startup"
 
 
 def _start_local_ray_once(**options: Any) -> Any:
-    """`ray.init(address="local", **options)`, two of its start's waits taken off its path:
+    """`ray.init(address="local", **options)`, its start's waits taken off its path:
 
     - its node's dashboard agent on a port the OS picks. Ray gives every node's agent the fixed port
       52365: a second Ray on the machine (another run, a test's) finds it taken, and its raylet waits
       while the agent retries the port for seconds (4 of 10 s of ray.init measured here) before it
       gives up serving HTTP at all;
-    - the dashboard (with include_dashboard=false, Ray's API server all the same) started beside the
-      raylet instead of before it: Ray waits for it to answer first (0.9 s without the dashboard, 1.7
-      with it, measured here), though the raylet needs nothing of it. It is started from a thread that
+    - the dashboard started beside the raylet instead of before it: Ray waits for it to answer first
+      (1.7 s measured here), though the raylet needs nothing of it. It is started from a thread that
       lives until `_end_ray`, as Ray starts it to die with the thread that started it
-      (PR_SET_PDEATHSIG); its failure fails the start, as in ray.init.
+      (PR_SET_PDEATHSIG); its failure fails the start, as in ray.init;
+    - with include_dashboard=false, none of what serves the dashboard: Ray starts its API server all
+      the same (its State and Jobs APIs) and its autoscaler's monitor (which reports to the dashboard;
+      a local Ray of one node never scales). Each is a Python process importing as the raylet waits on
+      its dashboard agent's imports: on 2 cores, without them the node registered about a second
+      sooner in most starts, and the start-up took 1.3 s less CPU (docs/bench.md).
 
     Where ray.init fails once it has started processes, they are ended here: Ray leaves them to its
     reaper, which ends them only when this process exits."""
@@ -170,6 +174,7 @@ def _start_local_ray_once(**options: Any) -> Any:
     class RayParams(fixed):  # type: ignore[misc,valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("dashboard_agent_listen_port", 0)  # 0: Ray picks a free one
+            kwargs.setdefault("no_monitor", kwargs.get("include_dashboard") is False)
             super().__init__(*args, **kwargs)
 
     started, kept = threading.Event(), threading.Event()
@@ -178,6 +183,9 @@ def _start_local_ray_once(**options: Any) -> Any:
 
     def start_api_server(self: Any, **arguments: Any) -> None:
         nodes.append(self)
+        if arguments.get("include_dashboard") is False:
+            started.set()
+            return
 
         def start() -> None:
             try:
