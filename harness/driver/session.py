@@ -177,44 +177,57 @@ def _start_local_ray_once(**options: Any) -> Any:
             kwargs.setdefault("no_monitor", kwargs.get("include_dashboard") is False)
             super().__init__(*args, **kwargs)
 
-    started, kept = threading.Event(), threading.Event()
-    failures: list[BaseException] = []
-    nodes: list[Any] = []
+    beside = _DashboardBeside(in_turn)
+    _dashboard_kept = beside.kept
+    def start_api_server(ray_node: Any, **arguments: Any) -> None:  # a function: bound to the node
+        beside.start_api_server(ray_node, **arguments)
 
-    def start_api_server(self: Any, **arguments: Any) -> None:
-        nodes.append(self)
-        if arguments.get("include_dashboard") is False:
-            started.set()
-            return
-
-        def start() -> None:
-            try:
-                in_turn(self, **arguments)
-            except BaseException as failure:  # raised where the start is waited for, below
-                failures.append(failure)
-            started.set()
-            kept.wait()
-
-        threading.Thread(target=start, name="ray dashboard", daemon=True).start()
-
-    _dashboard_kept = kept
     parameter.RayParams, node.Node.start_api_server = RayParams, start_api_server
     try:
         context = ray.init(address="local", **options)
     except BaseException:
-        for each in nodes:  # the GCS, the dashboard, a raylet and its agents: all started before it failed
+        for each in beside.nodes:  # its GCS, dashboard, raylet and agents: all started before it failed
             signals.end_leftovers(signals.ray_processes(each))
-        kept.set()
+        beside.kept.set()
         raise
     finally:
         parameter.RayParams, node.Node.start_api_server = fixed, in_turn
-    started.wait()
-    if failures:
+    beside.started.wait()
+    if beside.failures:
         _end_ray(ours=True)
-        raise failures[0]
+        raise beside.failures[0]
     url = ray._private.worker._global_node.webui_url
     context.dashboard_url = context.address_info["webui_url"] = url or ""
     return context
+
+
+class _DashboardBeside:
+    """Ray's `Node.start_api_server` in place: the dashboard started from a thread of its own, which
+    lives until `kept` is set (by `_end_ray`), and its failure kept for the caller to raise; with
+    include_dashboard=false, not started at all."""
+
+    def __init__(self, in_turn: Callable[..., None]) -> None:
+        self.in_turn = in_turn
+        self.started, self.kept = threading.Event(), threading.Event()
+        self.failures: list[BaseException] = []
+        self.nodes: list[Any] = []
+        """The nodes Ray started: their processes are ended where its start fails."""
+
+    def start_api_server(self, node: Any, **arguments: Any) -> None:
+        self.nodes.append(node)
+        if arguments.get("include_dashboard") is False:
+            self.started.set()
+            return
+
+        def start() -> None:
+            try:
+                self.in_turn(node, **arguments)
+            except BaseException as failure:  # raised where the start is waited for
+                self.failures.append(failure)
+            self.started.set()
+            self.kept.wait()
+
+        threading.Thread(target=start, name="ray dashboard", daemon=True).start()
 
 
 _dashboard_kept = threading.Event()
