@@ -28,7 +28,7 @@ from harness.errors import one_line
 from harness.files import write_text_atomically
 from harness.models.model_client import AgentModelClient
 from harness.models.param_map import PROVIDER, ParamMap
-from harness.redact import SECRET_NAME
+from harness.redact import SECRET_NAME, Redactor
 
 SAMPLING_PROBE = {"temperature": 0.7, "seed": 1}
 """Parameters agents set per call (agents/base.py `sampling`), checked as the config's are."""
@@ -136,10 +136,13 @@ def recall_checks(settings: HarnessConfig) -> CheckedParams | None:
 
 def remember_checks(settings: HarnessConfig, checked: CheckedParams) -> None:
     """Keep a passed check for `recall_checks`, written whole or not at all (commands share the
-    directory); where it cannot be written, or would not read back the same, it is not kept."""
+    directory); where it cannot be written, would not read back the same, or holds a secret's value
+    (a parameter set to one), it is not kept."""
     path = _check_path(settings)
     text = json.dumps(_checked_as_json(checked), sort_keys=True)
     if path is None or _checked_of_json(json.loads(text)) != checked:
+        return
+    if Redactor.from_environment(settings.output.secret_env)(text) != text:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

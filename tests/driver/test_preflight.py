@@ -93,3 +93,13 @@ def test_nothing_is_kept_where_the_setting_is_null_or_the_check_needs_no_litellm
     scripted = scripted_settings(f"cache.model_checks={kept}")
     start_model_checks(scripted).result(timeout=5)
     assert not kept.exists() and not checks_need_litellm(scripted)
+
+
+def test_a_check_that_holds_a_secrets_value_is_not_kept(tmp_path, monkeypatch):
+    kept = tmp_path / "checks"
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "a-secret-value")
+    settings = lean_settings(kept, "+model.params.user=a-secret-value")
+    assert start_model_checks(settings).result(timeout=120).params["user"] == "a-secret-value"
+    assert not kept.exists() or not list(kept.iterdir())
+    start_model_checks(lean_settings(kept, "+model.params.user=someone")).result(timeout=120)
+    assert len(list(kept.glob("*.json"))) == 1
