@@ -169,6 +169,9 @@ def _start_local_ray_once(**options: Any) -> Any:
     global _dashboard_kept
     from ray._private import node, parameter
 
+    if "_system_config" in options:  # Ray adds this session's spilling directory to the dict it is given
+        options = {**options, "_system_config": dict(options["_system_config"])}
+
     fixed, in_turn = parameter.RayParams, node.Node.start_api_server
 
     class RayParams(fixed):  # type: ignore[misc,valid-type]

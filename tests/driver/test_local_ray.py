@@ -104,21 +104,29 @@ def test_a_node_that_timed_out_registering_is_ended_and_started_once_more():
 def test_the_raylet_of_a_local_ray_retries_its_object_store_within_a_tenth_of_a_second():
     """A store not yet listening when the raylet's object manager connects cost a second's retry in
     half the starts with Ray's default (harness/driver/startup.py): a command's Ray and the bench's
-    floor are started with a retry every 100 ms, given up after the same 10 s."""
+    floor are started with a retry every 100 ms, given up after the same 10 s; each Ray of a process
+    with its own copy of the config, to which Ray adds its session's spilling directory."""
     script = textwrap.dedent("""
         import contextlib, json
         import ray
         from harness.config import RaySettings
         from harness.driver.session import ray_session
         settings = RaySettings(address=None, num_workers=1, include_dashboard=False, limits=None)
-        with ray_session(settings):
-            print("config", json.dumps(ray._private.worker._global_node._config))
+        for _ in range(2):  # a second Ray of the same process (a retried start, a warm pool's next)
+            with ray_session(settings):
+                node = ray._private.worker._global_node
+                print("config", json.dumps(node._config), node.get_session_dir_path())
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    config = json.loads(done.stdout.split("config", 1)[1].splitlines()[0])
-    assert config["raylet_client_connect_timeout_milliseconds"] == 100
-    assert config["raylet_client_num_connect_attempts"] * 100 == 10_000  # Ray's default: 10 x 1 s
+    for line in [line for line in done.stdout.splitlines() if line.startswith("config ")]:
+        config_text, session = line.removeprefix("config ").rsplit(" ", 1)
+        config = json.loads(config_text)
+        assert config["raylet_client_connect_timeout_milliseconds"] == 100
+        assert config["raylet_client_num_connect_attempts"] * 100 == 10_000  # Ray's default: 10 x 1 s
+        # Ray adds its session's spilling directory to the config it is given: never the one before's.
+        assert session in config["object_spilling_config"], (session, config)
+    assert "unstable API" not in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("dashboard", [False, True])
