@@ -182,6 +182,7 @@ def _start_local_ray_once(**options: Any) -> Any:
 
     beside = _DashboardBeside(in_turn)
     _dashboard_kept = beside.kept
+
     def start_api_server(ray_node: Any, **arguments: Any) -> None:  # a function: bound to the node
         beside.start_api_server(ray_node, **arguments)
 
