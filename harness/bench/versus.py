@@ -168,8 +168,7 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
         rows.append(_row("ray floor", 1, 1, measure(floor_argv, server, work / "ray_floor.log", timeout_s)))
         # A user's first command checks its model in full (importing litellm: seconds); later ones with
         # the same model recall it (harness/driver/preflight.py). The rows below recall it.
-        first = "harness (model check not kept)"
-        rows.append(_harness_row(server, 1, calls, cap, work, timeout_s, None, first))
+        rows.append(_harness_row(server, 1, calls, cap, work, timeout_s, None, first_command=True))
         for n in runs:
             ours = [_harness_row(server, n, calls, cap, work, timeout_s, None)]
             ours += [_harness_row(server, n, calls, cap, work, timeout_s, pool)] if pool else []
@@ -186,10 +185,10 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
 
 
 def _harness_row(server: ServerProcess, n: int, calls: int, cap: int, work: Path, timeout_s: float,
-                 warm: WarmPoolProcess | None, tool: str | None = None) -> dict[str, Any]:
-    tool = tool or ("harness (warm)" if warm else "harness")
+                 warm: WarmPoolProcess | None, first_command: bool = False) -> dict[str, Any]:
+    tool = ("harness (model check not kept)" if first_command else "harness (warm)" if warm else "harness")
     print(f"{tool}: {n} agent runs x {calls} calls ...", flush=True)
-    out = work / f"harness-{n}{'-warm' if warm else ''}{'-first' if 'not kept' in tool else ''}"
+    out = work / f"harness-{n}{'-warm' if warm else ''}{'-first' if first_command else ''}"
     model_checks = work / "model_checks"
     kept = None if warm else model_check_kept(model_checks)  # on a warm pool, its worker checks
     argv = harness_argv(server, n, calls, cap, out, model_checks) + (warm.overrides() if warm else [])

@@ -171,13 +171,10 @@ def _check_key(settings: HarnessConfig) -> str:
 
 
 @functools.cache
-def _litellm_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def _litellm_version() -> str | None:
+    from harness.driver.manifest import package_versions  # the driver's, with what a manifest records
 
-    try:
-        return version("litellm")
-    except PackageNotFoundError:
-        return "absent"
+    return package_versions(["litellm"])["litellm"]
 
 
 @functools.cache
