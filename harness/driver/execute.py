@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from harness.agent_run.spec import AgentRunSpec, expected_episodes
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport
-from harness.driver.metrics import job_labels
+from harness.driver.metrics import JobLabels
 from harness.driver.progress import JobFigures, progress_actor_name
 from harness.driver.resume import close_finished
 from harness.driver.session import JobSession, check_alive
@@ -183,6 +183,14 @@ class JobIdentity:
         hydra_cfg = HydraConfig.get()
         overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("ray.limits=", "progress="))]
         return cls(int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None, overrides)
+
+
+def job_labels(sweep: str, job_number: int | None, specs: Sequence[AgentRunSpec]) -> JobLabels:
+    """The labels of a job (number None: a single run) about to run these agent runs, for the hub's
+    metrics (harness/driver/metrics.py, which the hub imports without the specs' modules)."""
+    return JobLabels(sweep=sweep, sweep_job=str(job_number or 0),
+                     runs={s.run_id: (s.variant, str(s.seed), s.model) for s in specs},
+                     planned={s.run_id: expected_episodes(s) - len(s.finished) for s in specs})
 
 
 def _run_rows(specs: list[AgentRunSpec], described_runs: Collection[str],

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.agent_run.spec import AgentRunSpec, expected_episodes
 from harness.tables.records import Episode, GateEventRow, LLMCall, SafetyEventRow
 
 EXPORT_INTERVAL_S = 1.0
@@ -95,13 +94,6 @@ class JobLabels:
     def run_tags(self, run_id: str) -> tuple[str, ...]:
         variant, seed, model = self.runs.get(run_id, ("unknown", "unknown", "unknown"))
         return (self.sweep, self.sweep_job, variant, seed, model)
-
-
-def job_labels(sweep: str, job_number: int | None, specs: Sequence[AgentRunSpec]) -> JobLabels:
-    """The labels of a job (number None: a single run) about to run these agent runs."""
-    return JobLabels(sweep=sweep, sweep_job=str(job_number or 0),
-                     runs={s.run_id: (s.variant, str(s.seed), s.model) for s in specs},
-                     planned={s.run_id: expected_episodes(s) - len(s.finished) for s in specs})
 
 
 Key = tuple[Metric, tuple[str, ...]]
