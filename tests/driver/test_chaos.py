@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shlex
 import signal
 import subprocess
@@ -52,6 +53,8 @@ VICTIMS = {"an agent worker": "ray::AgentWorker", "the writer hub": "ray::Writer
 VARYING = {"call_id", "memory_id", "tool_id", "run_in_flight", "similarity", "path"}
 """Columns that differ between any two sweeps (with every `*_s` and `*_at` column: clocks): ids, in-flight
 counts, similarities (MiniLM's floats vary in the last bits with what it batches together), paths."""
+RAY_FORWARDED = re.compile(r"\x1b\[\d+m\(")
+"""The start of a line Ray forwards to the driver from another process."""
 SKIPPED = {"interrupted_calls"}
 """The calls of episodes a kill cut short: a resumed sweep has them, an uninterrupted one does not."""
 
@@ -78,9 +81,11 @@ def finished(sweep: Path) -> int:
 
 
 def resume_command(output: str) -> list[str]:
-    # The command's own last line; an actor's stderr that Ray forwards as the session ends (the MiniLM
-    # service's closed event loop, seen once under pytest-xdist) may still come after it.
-    said = [line for line in output.strip().splitlines() if not line.startswith("\x1b[36m(")]
+    # The command's own last line; what Ray forwards from its processes may still come after it: an
+    # actor's stderr as the session ends (the MiniLM service's closed event loop), the raylet's word of
+    # a killed worker, which Ray prints on standard output, held in a pipe's buffer to the exit (both
+    # seen under pytest-xdist). Ray starts each such line with its source, coloured: "(raylet)".
+    said = [line for line in output.strip().splitlines() if not RAY_FORWARDED.match(line)]
     last = said[-1] if said else ""
     assert "resume with: " in last, output[-3000:]
     command = shlex.split(last.split("resume with: ", 1)[1])
