@@ -78,7 +78,10 @@ class Exit(SystemExit):
 
 
 def exit_with(code: int, message: str) -> Exit:
-    """Say `message` on stderr and return the exit to raise."""
+    """Say `message` on stderr, after whatever standard output still holds, and return the exit to
+    raise. The message is the command's last line: Ray prints what it forwards from its processes
+    (the raylet's word of a killed worker) on standard output, which a pipe buffers to the exit."""
+    sys.stdout.flush()
     print(message, file=sys.stderr, flush=True)
     return Exit(code, message)
 

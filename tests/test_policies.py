@@ -1,6 +1,9 @@
 """Policies the harness applies in one place each: unknown cost, atomic files, the UTC clock."""
 
 import datetime as dt
+import os
+import subprocess
+import sys
 import threading
 
 import polars as pl
@@ -70,3 +73,17 @@ def test_every_entry_point_maps_errors_to_the_same_exit_codes(capsys):
     raised = exit_for(RunAborted("the writer actor died; resume with: ..."))
     assert raised.code == 1 and str(raised) == "error: the writer actor died; resume with: ..."
     assert capsys.readouterr().err == "error: the writer actor died; resume with: ...\n"
+
+
+def test_an_exit_says_its_reason_last_even_through_a_pipe():
+    """Ray's forwarded lines go to standard output, which a pipe holds until the exit; a command's
+    reason for stopping still comes after them, where a user (and a script) looks for it."""
+    script = ("from harness.errors import exit_with\n"
+              "print('(raylet) a worker died')\n"
+              "raise exit_with(1, 'error: the writer actor died; resume with: ...')\n")
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    ran = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=60, env=buffered)
+    assert ran.returncode == 1
+    assert ran.stdout.splitlines() == ["(raylet) a worker died",
+                                       "error: the writer actor died; resume with: ..."]

@@ -317,8 +317,9 @@ def ray_session(settings: RaySettings, namespace: str | None = None
         yield _started
     finally:
         _started = None
-        _end_ray(ours)
-        forget()
+        with signals.held("the teardown of Ray"):
+            _end_ray(ours)
+            forget()
 
 
 def _end_ray(ours: bool) -> None:

@@ -9,6 +9,8 @@ also told to flush at once (`on_first_signal`), from a thread: a second signal, 
 waits a few seconds for that flush, kills the processes of the Ray this command started, and exits
 with the same code: no episode the writer had is lost.
 
+What must not stop halfway (the teardown of Ray) holds a first signal until it is done (`held`).
+
 Ray's driver installs a SIGTERM handler of its own in `ray.init` (and its core worker a C++ one that
 prints `*** SIGTERM received` and aborts the process), so `install` runs again once Ray is up; and
 `ray.shutdown` sets SIGTERM back to the kernel's default (killed, exit -15) while
@@ -22,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -60,6 +62,9 @@ def stop_reason(interrupt: KeyboardInterrupt) -> tuple[str, int]:
 
 
 _received: list[int] = []
+_holding: list[str] = []
+"""What is under way that a first signal waits for (`held`)."""
+_held: list[int] = []
 _flushes: list[Callable[[], object]] = []
 _flushing: list[threading.Thread] = []
 _ray_processes: list[psutil.Process] = []
@@ -85,6 +90,21 @@ def started_ray(processes: list[psutil.Process]) -> Callable[[], None]:
     return _ray_processes.clear
 
 
+@contextlib.contextmanager
+def held(what: str) -> Iterator[None]:
+    """Let `what` finish before a first signal stops the command (then raised as `Terminated` as it
+    would have been); a second signal still stops it at once. For what must not stop halfway: the
+    teardown of Ray, which a signal cut short in `ray.shutdown`, leaving the driver connected, its
+    processes to Ray's exit handler and their last forwarded lines after the command's last line."""
+    _holding.append(what)
+    try:
+        yield
+    finally:
+        _holding.remove(what)
+    if _held and not _holding:
+        raise Terminated(_held.pop())
+
+
 def _on_signal(signum: int, frame: object) -> None:
     if _received:
         _stop_now(signum)
@@ -95,6 +115,9 @@ def _on_signal(signum: int, frame: object) -> None:
                                   name="flush on signal")
         thread.start()
         _flushing.append(thread)
+    if _holding:
+        _held.append(signum)
+        return
     raise Terminated(signum)
 
 

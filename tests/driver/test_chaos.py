@@ -81,10 +81,9 @@ def finished(sweep: Path) -> int:
 
 
 def resume_command(output: str) -> list[str]:
-    # The command's own last line; what Ray forwards from its processes may still come after it: an
-    # actor's stderr as the session ends (the MiniLM service's closed event loop), the raylet's word of
-    # a killed worker, which Ray prints on standard output, held in a pipe's buffer to the exit (both
-    # seen under pytest-xdist). Ray starts each such line with its source, coloured: "(raylet)".
+    # The command's own last line. Lines Ray forwards from its processes are passed over: they are not
+    # the command's, and where they fall against its own is Ray's (an actor's stderr as the session
+    # ends, the raylet's word of a killed worker: each seen after the last line under pytest-xdist).
     said = [line for line in output.strip().splitlines() if not RAY_FORWARDED.match(line)]
     last = said[-1] if said else ""
     assert "resume with: " in last, output[-3000:]

@@ -139,3 +139,42 @@ def test_after_its_ray_has_shut_down_the_command_still_catches_sigterm_and_sighu
                           capture_output=True, text=True, timeout=180, start_new_session=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["True", "True"], done.stdout
+
+
+A_SIGNAL_DURING_THE_TEARDOWN_OF_RAY = """
+import os, signal, time
+import psutil, ray
+from harness.driver import signals
+from harness.driver.session import ray_session
+from harness.config import RaySettings
+
+shutdown = ray.shutdown
+def shutdown_with_a_signal_on_the_way(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)  # the signal's handler runs here
+    shutdown(*args, **kwargs)
+
+def running(process):
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+ray.shutdown = shutdown_with_a_signal_on_the_way
+signals.install()
+try:
+    with ray_session(RaySettings(address=None, num_workers=1, include_dashboard=False, limits=None)):
+        processes = signals.ray_processes()
+except KeyboardInterrupt as stop:
+    print(signals.stop_reason(stop)[0], "|", ray.is_initialized(), sum(map(running, processes)))
+"""
+
+
+def test_a_signal_during_the_teardown_of_ray_stops_the_command_once_the_teardown_is_done():
+    """A SIGTERM as Ray shut down cut `ray.shutdown` short: the driver stayed connected, and what Ray
+    forwarded from its processes came after the command's last line (the chaos test, under load).
+    The teardown now ends first; the signal then stops the command as it would have."""
+    done = subprocess.run([sys.executable, "-c", A_SIGNAL_DURING_THE_TEARDOWN_OF_RAY], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180, start_new_session=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "terminated by SIGTERM | False 0", done.stdout
