@@ -12,12 +12,14 @@ start), while nobody waits for the next generation's imports.
 
 What keeps the pool honest:
 - a lease: one command at a time; a second one meanwhile starts workers of its own on the same
-  Ray. The holder renews it every RENEW_S; one not renewed for LEASE_TIMEOUT_S (its command was
-  killed) is taken back, and its generation killed with whatever it still ran;
+  Ray, as the pool's guest. The holder renews it every RENEW_S; one not renewed for LEASE_TIMEOUT_S
+  (its command was killed) is taken back, and its generation killed with whatever it still ran. A
+  guest renews its visit in the same way;
 - a code check: a generation any of whose processes imported a module whose file changed since
   (an edited agent, a reinstalled package) is replaced before it is leased;
-- an idle timeout: the keeper's process stops the pool, Ray and all, after the idle time without a
-  lease (`--idle-minutes`), and `python -m harness.warm stop` ends it at once.
+- an idle timeout: the keeper's process stops the pool, Ray and all, after the idle time with no
+  command on it, holder or guest (`--idle-minutes`), and `python -m harness.warm stop` ends it at
+  once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +129,15 @@ class Grant:
 
 @dataclass
 class Lease:
-    """Who holds the warm pool, and since when it was last renewed (monotonic seconds)."""
+    """Who holds the warm pool, and since when it was last renewed (monotonic seconds); and its
+    guests, the commands on its Ray that it could not lease to (they run workers of their own)."""
 
     holder: str | None = None
     renewed: float = 0.0
     released: float = 0.0
-    """When the last lease ended (or the pool started): the idle time counts from it."""
+    """When the last lease or visit ended (or the pool started): the idle time counts from it."""
+    guests: dict[str, float] = field(default_factory=dict)
+    """Guest -> when it last renewed its visit."""
 
     def take(self, holder: str, now: float) -> str | None:
         """None when `holder` now holds it, else why not."""
@@ -142,10 +147,21 @@ class Lease:
         return None
 
     def renew(self, holder: str, now: float) -> bool:
+        if holder in self.guests:
+            self.guests[holder] = now
+            return True
         if self.holder != holder:
             return False
         self.renewed = now
         return True
+
+    def visit(self, guest: str, now: float) -> None:
+        """`guest` runs on the pool's Ray without its generation: the pool is in use until it leaves."""
+        self.guests[guest] = now
+
+    def leave(self, guest: str, now: float) -> None:
+        if self.guests.pop(guest, None) is not None:
+            self.released = max(self.released, now)
 
     def give_back(self, holder: str, now: float) -> bool:
         if self.holder != holder:
@@ -157,7 +173,10 @@ class Lease:
         return self.holder is not None and now - self.renewed > LEASE_TIMEOUT_S
 
     def idle_s(self, now: float) -> float:
-        return 0.0 if self.holder is not None else now - self.released
+        for guest, renewed in list(self.guests.items()):
+            if now - renewed > LEASE_TIMEOUT_S:  # its command was killed
+                self.leave(guest, renewed)
+        return 0.0 if self.holder is not None or self.guests else now - self.released
 
 
 class WarmKeeper:
@@ -208,7 +227,14 @@ class WarmKeeper:
         self._lease.released = time.monotonic()
 
     async def lease(self, holder: str) -> Grant | str:
-        """The generation for `holder`, ready, its code checked; or why it cannot have it."""
+        """The generation for `holder`, ready, its code checked; or why it cannot have it (and
+        `holder`, which then starts workers of its own on this Ray, is the pool's guest)."""
+        granted = await self._grant(holder)
+        if isinstance(granted, str):
+            self._lease.visit(holder, time.monotonic())
+        return granted
+
+    async def _grant(self, holder: str) -> Grant | str:
         await self.status()
         refused = self._lease.take(holder, time.monotonic())
         if refused is not None:
@@ -238,6 +264,10 @@ class WarmKeeper:
 
     def renew(self, holder: str) -> bool:
         return self._lease.renew(holder, time.monotonic())
+
+    def leave(self, guest: str) -> None:
+        """A guest's command is done with the pool's Ray."""
+        self._lease.leave(guest, time.monotonic())
 
     async def release(self, holder: str) -> None:
         """The command is done with its generation: the next one starts now, once the command has its
@@ -272,19 +302,20 @@ def lease_warm_pool(stack: contextlib.ExitStack, num_workers: int | None,
     except (ValueError, ray.exceptions.RayError) as error:  # its keeper is gone: the pool is stopping
         raise RunAborted(f"ray.address=warm: the warm pool did not answer ({one_line(error, 200)}); see "
                          "python -m harness.warm status; nothing was run") from None
-    if isinstance(grant, str):
-        print(f"the warm pool is not used: {grant}; this command starts workers of its own", flush=True)
-        return None
-    done = threading.Event()
+    done = threading.Event()  # a lease, or a guest's visit (the pool stays up for it), is renewed
     renewing = threading.Thread(target=_renew, args=(keeper, holder, done), daemon=True, name="warm lease")
     renewing.start()
+    guest = isinstance(grant, str)
 
     def give_back() -> None:
         done.set()
         with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(keeper.release.remote(holder), timeout=30)
+            ray.get((keeper.leave if guest else keeper.release).remote(holder), timeout=30)
 
     stack.callback(give_back)
+    if isinstance(grant, str):
+        print(f"the warm pool is not used: {grant}; this command starts workers of its own", flush=True)
+        return None
     hub = ray.get_actor(hub_name(grant.name))
     flush_on_signal(hub, stack)
     size = min(n for n in (num_workers, agent_runs, grant.workers) if n)

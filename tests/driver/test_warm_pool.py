@@ -150,6 +150,24 @@ def test_the_lease_is_one_commands_at_a_time_and_taken_back_when_its_holder_stop
     assert lease.give_back("b", 200.0) and lease.holder is None and lease.idle_s(230.0) == 30.0
 
 
+def test_a_command_refused_the_lease_keeps_the_pool_in_use_until_it_leaves_or_stops_renewing():
+    """A second command runs workers of its own on the pool's Ray: the pool must not stop under it when
+    the holder gives its lease back (it did, under the suite's load: the guest's actors died with the
+    pool's Ray, "Connection refused")."""
+    lease = Lease(released=0.0)
+    assert lease.take("a", 10.0) is None
+    assert lease.take("b", 11.0) is not None
+    lease.visit("b", 11.0)
+    assert lease.give_back("a", 20.0) and lease.idle_s(35.0) == 0.0  # b still runs
+    assert lease.renew("b", 40.0) and lease.idle_s(60.0) == 0.0
+    lease.leave("b", 65.0)
+    assert lease.idle_s(80.0) == 15.0  # idle from when the last command left
+    lease.visit("c", 90.0)
+    assert lease.idle_s(90.0 + LEASE_TIMEOUT_S) == 0.0
+    # c's command was killed: it stopped renewing, and the pool is idle from its last renewal
+    assert lease.idle_s(100.0 + LEASE_TIMEOUT_S) == 10.0 + LEASE_TIMEOUT_S and not lease.guests
+
+
 def _state(**changes: object) -> WarmState:
     me = psutil.Process()
     fields = {"address": "127.0.0.1:1", "pid": me.pid, "started": me.create_time(), "workers": 1,
