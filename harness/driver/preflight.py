@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from harness.agent_run.runner import build_agent
 from harness.agent_run.spec import AgentRunSpec
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
@@ -129,8 +131,8 @@ def recall_checks(settings: HarnessConfig) -> CheckedParams | None:
     if path is None:
         return None
     try:
-        return _checked_of_json(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return kept_form().validate_json(path.read_text())
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None  # not there, or not as written: checked again, and written anew
 
 
@@ -139,8 +141,8 @@ def remember_checks(settings: HarnessConfig, checked: CheckedParams) -> None:
     directory); where it cannot be written, would not read back the same, or holds a secret's value
     (a parameter set to one), it is not kept."""
     path = _check_path(settings)
-    text = json.dumps(_checked_as_json(checked), sort_keys=True)
-    if path is None or _checked_of_json(json.loads(text)) != checked:
+    text = kept_form().dump_json(checked).decode()
+    if path is None or kept_form().validate_json(text) != checked:
         return
     if Redactor.from_environment(settings.output.secret_env)(text) != text:
         return
@@ -188,20 +190,10 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _checked_as_json(checked: CheckedParams) -> dict[str, Any]:
-    mapped = checked.param_map
-    return {"params": checked.params, "refused": list(checked.refused), "notes": list(checked.notes),
-            "mark_cache": checked.mark_cache, "function_calling": checked.function_calling,
-            "param_map": None if mapped is None else {"model": mapped.model,
-                                                      "unchanged": sorted(mapped.unchanged)}}
-
-
-def _checked_of_json(data: dict[str, Any]) -> CheckedParams:
-    mapped = data["param_map"]
-    return CheckedParams(
-        params=dict(data["params"]), refused=tuple(data["refused"]), notes=tuple(data["notes"]),
-        mark_cache=bool(data["mark_cache"]), function_calling=data["function_calling"],
-        param_map=None if mapped is None else ParamMap(str(mapped["model"]), frozenset(mapped["unchanged"])))
+@functools.cache
+def kept_form() -> TypeAdapter[CheckedParams]:
+    """How a passed check is written (`remember_checks`) and read back (`recall_checks`)."""
+    return TypeAdapter(CheckedParams)
 
 
 def workers_need_litellm(models: Sequence[EndpointSettings]) -> bool:

@@ -36,16 +36,17 @@ def test_a_passed_check_is_recalled_by_a_later_process_that_never_imports_litell
     later = f"""
 import json, sys
 from tests.conftest import scripted_settings
-from harness.driver.preflight import _checked_as_json, start_model_checks
+from harness.driver.preflight import kept_form, start_model_checks
 settings = scripted_settings(*{LEAN[:2]!r}, "model.api_base=http://127.0.0.1:8/v1",
                              "cache.model_checks={kept}")
 checked = start_model_checks(settings).result(timeout=5)
-print(json.dumps({{"checked": _checked_as_json(checked), "litellm": "litellm" in sys.modules}}))
+print(json.dumps({{"checked": kept_form().dump_json(checked).decode(), "litellm": "litellm" in sys.modules}}))
 """
     ran = subprocess.run([sys.executable, "-c", later], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]
     recalled = json.loads(ran.stdout.splitlines()[-1])
-    assert recalled == {"checked": preflight._checked_as_json(checked), "litellm": False}
+    assert preflight.kept_form().validate_json(recalled["checked"]) == checked
+    assert recalled["litellm"] is False
 
 
 def test_every_fact_the_check_depends_on_is_in_its_key_and_a_secrets_value_is_not(tmp_path, monkeypatch):
