@@ -155,9 +155,13 @@ def ray_session() -> Iterator[None]:
     import ray
 
     from harness.driver.session import start_local_ray
+    from harness.driver.startup import LOCAL_RAY_SYSTEM_CONFIG
 
-    # address="local": never join a Ray that another run (or `ray start`) left on the machine
-    start_local_ray(num_cpus=2, include_dashboard=False, logging_level="warning")
+    # address="local": never join a Ray that another run (or `ray start`) left on the machine. Metrics
+    # reported every half second, as the metrics test's own Ray does (Ray's default, 10 s, outlasted a
+    # run's gauge there when this Ray was the one its worker process had: tests/driver/test_metrics.py).
+    start_local_ray(num_cpus=2, include_dashboard=False, logging_level="warning",
+                    _system_config={**LOCAL_RAY_SYSTEM_CONFIG, "metrics_report_interval_ms": 500})
     yield
     ray.shutdown()
 
