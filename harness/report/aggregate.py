@@ -1,9 +1,10 @@
 """Aggregates across tasks or environments the way rliable does (Agarwal et al. 2021, "Deep RL at the
 Edge of the Statistical Precipice"), where a report spans several environments or task families.
 
-Each group's runs give a score matrix: one row per run (seed / order / repeat), one column per stratum
-(an env, or a task family of one), each cell the run's success rate there. From it, with rliable's
-estimators and its stratified bootstrap (runs resampled within each stratum: the run is the unit):
+Each group's seeds give a score matrix: one row per seed (its order seeds and repeats pooled: they share
+its task set; each seed-order with `--unit order`), one column per stratum (an env, or a task family of
+one), each cell the seed's success rate there. From it, with rliable's estimators and its stratified
+bootstrap (seeds resampled within each stratum: the seed is the unit):
 - the interquartile mean (IQM) of the scores, robust to a run or a stratum far from the rest, with a
   95% percentile interval;
 - the probability of improvement P(X > Y) of each group over the reference, averaged over strata
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from harness.report.compare import NOT_CONTEXT, labelled, references_in
+from harness.report.compare import NOT_CONTEXT, labelled, references_in, unit_column
 from harness.report.stats import LEVEL
 
 STRATA = ("env", "family")
@@ -36,7 +37,7 @@ THRESHOLDS = np.linspace(0.0, 1.0, 51)
 @dataclass
 class Aggregates:
     table: pl.DataFrame
-    """Per group: runs, strata, mean, IQM with its interval, and P(group > reference) with its interval."""
+    """Per group: seeds, strata, mean, IQM with its interval, and P(group > reference) with its interval."""
     strata: list[str]
     profiles: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     """Per group: the profile (share of scores above each of THRESHOLDS) and its band (2 x thresholds)."""
@@ -47,14 +48,13 @@ def strata_columns(stream: pl.DataFrame) -> list[str]:
     return [c for c in STRATA if c in stream.columns and stream[c].n_unique() > 1]
 
 
-def score_matrices(stream: pl.DataFrame,
-                   strata: list[str]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    """Each group's (runs x strata) matrix of success rates over the strata every group has, keeping the
-    runs (seed / order / repeat) that have a score in all of them; and notes on what was left out."""
-    run_parts = [c for c in ("seed", "order_seed", "repeat") if c in stream.columns]
+def score_matrices(stream: pl.DataFrame, strata: list[str],
+                   unit: str = "seed") -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """Each group's (units x strata) matrix of success rates over the strata every group has, keeping the
+    units (seeds, by `unit`) that have a score in all of them; and notes on what was left out."""
     scored = stream.with_columns(
         stratum=pl.concat_str([pl.col(c).cast(pl.String) for c in strata], separator=" / "),
-        run=pl.concat_str([pl.col(c).cast(pl.String) for c in run_parts], separator="/"))
+        run=unit_column(unit))
     per_run = scored.group_by("group", "stratum", "run").agg(score=pl.col("success").cast(pl.Float64).mean())
     shared = sorted(set.intersection(*(set(f["stratum"]) for _, f in per_run.group_by("group"))))
     matrices, notes = {}, []
@@ -63,7 +63,7 @@ def score_matrices(stream: pl.DataFrame,
         wide = frame.pivot(on="stratum", index="run", values="score").sort("run")
         complete = wide.drop_nulls()
         if complete.height < wide.height:
-            notes.append(f"{group}: {wide.height - complete.height} of {wide.height} runs lack a score in "
+            notes.append(f"{group}: {wide.height - complete.height} of {wide.height} seeds lack a score in "
                          "some stratum and are left out of the aggregates")
         if complete.height:
             matrices[group] = complete.select(shared).to_numpy()
@@ -71,7 +71,7 @@ def score_matrices(stream: pl.DataFrame,
 
 
 def aggregates(episodes: pl.DataFrame, keys: list[str], reference: str = "baseline",
-               seed: int = 0) -> Aggregates | None:
+               seed: int = 0, unit: str = "seed") -> Aggregates | None:
     """IQM, probability of improvement over `reference` and performance profiles of every group, over the
     strata (envs, task families) the report spans; None where it spans fewer than two."""
     stream = episodes.filter(~pl.col("probe") & pl.col("attempted"))
@@ -80,7 +80,7 @@ def aggregates(episodes: pl.DataFrame, keys: list[str], reference: str = "baseli
         return None
     group_keys = [k for k in keys if k not in strata]
     stream = labelled(stream, group_keys)
-    matrices, shared, notes = score_matrices(stream, strata)
+    matrices, shared, notes = score_matrices(stream, strata, unit)
     if len(shared) < 2 or not matrices:
         return None
     rng = np.random.default_rng(seed)
@@ -90,7 +90,7 @@ def aggregates(episodes: pl.DataFrame, keys: list[str], reference: str = "baseli
     improvement = _improvement(stream, matrices, group_keys, reference, rng, notes)
     rows = []
     for group, matrix in matrices.items():
-        row = {"group": group, "runs": matrix.shape[0], "strata": matrix.shape[1],
+        row = {"group": group, "seeds": matrix.shape[0], "strata": matrix.shape[1],
                "mean": float(matrix.mean()),
                "iqm": float(iqm[group][0][0]), "iqm_low": float(iqm[group][1][0]),
                "iqm_high": float(iqm[group][1][1])}

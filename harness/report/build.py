@@ -4,20 +4,21 @@ Reads the episodes, llm_calls and runs tables of every run directory below the g
 partial or still running) and writes `report.md` and PNG plots into the first path (or `--out`).
 Runs are grouped by variant, by env, scenario and model when there are several, and by every setting
 that varies between runs of the same variant (a `settings` label such as `variant.max_attempts=3`,
-from the runs table; see harness/tables/summary.py):
-- per group: success rate with a 95% bootstrap
-  confidence interval over all its evaluated episodes (seeds and tasks together; scipy's
-  `bootstrap`, BCa), act and overhead tokens, overhead share, dollars, p50/p95 episode latency,
-  protocol and model;
+from the runs table; see harness/tables/summary.py). The seed is the independent unit (its order seeds
+and repeats share its task set; `--unit order` counts each order of a seed instead): every interval and
+test below is over seeds (harness/report/stats.py says why):
+- per group: success rate with a 95% t interval over its seeds (cluster-robust; over the one seed's
+  episodes where it has one, `ci_over` says which), act and overhead tokens, overhead share, dollars,
+  p50/p95 episode latency, protocol and model;
 - accuracy at matched spend: each variant's success rate over the episodes finished within the
   largest cumulative spend that every compared agent run reached, in dollars when every call's
   cost is known (then in tokens too), else in tokens, saying which; where any call's cost is
   unknown the headline says so;
 - paired differences against a reference variant (`--reference`, default baseline) on the same
-  tasks in the same order: paired bootstrap CI, exact McNemar p-value with Holm's correction,
-  resolved or not at 95%, and how many paired episodes would resolve the observed difference (with
-  the discordance measured across repeats where both groups ran stream.repeats) (harness/report/compare.py,
-  harness/report/stats.py);
+  tasks in the same order, seed by seed: a t interval over seeds, the sign-flip test with Holm's
+  correction, resolved or not at 95%, and how many seeds would resolve the observed difference (the
+  power of that verdict, from the pilot taken with its uncertainty), beside the test-retest noise floor
+  where runs were repeated (harness/report/compare.py, harness/report/stats.py);
 - the self-evolution metrics: evolution gain, adaptation speed, stability, forgetting, success
   per 1k tokens and per dollar (formulas in docs/report.md);
 - a cost-accuracy plot with the Pareto frontier, learning curves (rolling success by stream
@@ -38,7 +39,13 @@ import polars as pl
 
 from harness.files import replace_atomically
 from harness.report.aggregate import Aggregates, aggregates, plot_performance_profiles
-from harness.report.compare import Comparisons, evolution_metrics, noise_floor, paired_comparisons
+from harness.report.compare import (
+    Comparisons,
+    evolution_metrics,
+    noise_floor,
+    paired_comparisons,
+    unit_column,
+)
 from harness.report.html import write_html
 from harness.report.parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
 from harness.report.stats import group_interval
@@ -96,7 +103,7 @@ def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
     return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
 
 
-def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
+def main_table(episodes: pl.DataFrame, unit: str = "seed") -> pl.DataFrame:
     stream = episodes.filter(~pl.col("probe"))
     keys = group_keys(stream, REPORT_GROUPS)
     skipped = stream.filter(~pl.col("attempted")).group_by(keys).agg(not_attempted=pl.len())
@@ -106,8 +113,9 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
         if column not in evaluated.columns:
             evaluated = evaluated.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
     table = (evaluated.group_by(keys).agg(
-        pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
-        pl.col("success").mean().alias("success_rate"), pl.col("act_tokens").sum(),
+        pl.col("seed").n_unique().alias("seeds"), pl.col("run_id").n_unique().alias("runs"),
+        pl.len().alias("episodes"), pl.col("success").mean().alias("success_rate"),
+        pl.col("act_tokens").sum(),
         pl.col("overhead_tokens").sum(), known_sum(pl.col("cost_usd")).alias("cost_usd"),
         (known_sum(pl.col("cache_read_tokens")) / pl.col("prompt_tokens").sum()).alias("cache_read_share"),
         known_sum(pl.col("reasoning_tokens")).alias("reasoning_tokens"),
@@ -116,9 +124,9 @@ def main_table(episodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("protocol").unique().sort().str.join("/"), *models,
     ).with_columns(overhead_share=pl.col("overhead_tokens")
                    / (pl.col("act_tokens") + pl.col("overhead_tokens"))).sort(keys))
-    intervals = [_interval_of(evaluated.filter(_same(row, keys))) for row in table.iter_rows(named=True)]
-    table = table.with_columns(runs=pl.Series([runs for runs, *_ in intervals], dtype=pl.Int64),
-                               ci_low=pl.Series([low for _, low, _, _ in intervals], dtype=pl.Float64),
+    intervals = [_interval_of(evaluated.filter(_same(row, keys)), unit)
+                 for row in table.iter_rows(named=True)]
+    table = table.with_columns(ci_low=pl.Series([low for _, low, _, _ in intervals], dtype=pl.Float64),
                                ci_high=pl.Series([high for *_, high, _ in intervals], dtype=pl.Float64),
                                ci_over=pl.Series([over for *_, over in intervals], dtype=pl.String))
     first = [*keys, "seeds", "runs", "episodes", "success_rate", "ci_low", "ci_high", "ci_over"]
@@ -130,12 +138,14 @@ def _same(row: dict, keys: list[str]) -> pl.Expr:
     return pl.all_horizontal([pl.col(k).eq_missing(row[k]) for k in keys])
 
 
-def _interval_of(frame: pl.DataFrame) -> tuple[int, float | None, float | None, str]:
-    """A group's runs and its success interval with what it is over (harness.report.stats.group_interval)."""
-    return group_interval(frame["success"].cast(pl.Float64).to_numpy(), frame["run_id"].to_numpy())
+def _interval_of(frame: pl.DataFrame, unit: str = "seed") -> tuple[int, float | None, float | None, str]:
+    """A group's units and its success interval with what it is over (harness.report.stats.group_interval)."""
+    units = frame.select(unit_column(unit)).to_series().to_numpy()
+    return group_interval(frame["success"].cast(pl.Float64).to_numpy(), units, unit)
 
 
-def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[float, pl.DataFrame]:
+def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens",
+                  unit: str = "seed") -> tuple[float, pl.DataFrame]:
     """Success of each variant over the episodes finished within the largest cumulative spend
     (`total_tokens` or `cost_usd`) that every agent run reached: the smallest of the runs' totals."""
     evaluated = (episodes.sort("run_id", "stream_position", "probe")
@@ -146,8 +156,9 @@ def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens") -> tuple[
     keys = group_keys(episodes, REPORT_GROUPS)
     rows = []
     for group, frame in within.group_by(keys, maintain_order=True):
-        runs, low, high, over = _interval_of(frame)
-        rows.append({**dict(zip(keys, group, strict=True)), "runs": runs, "episodes": frame.height,
+        _units, low, high, over = _interval_of(frame, unit)
+        rows.append({**dict(zip(keys, group, strict=True)), "seeds": frame["seed"].n_unique(),
+                     "runs": frame["run_id"].n_unique(), "episodes": frame.height,
                      "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high,
                      "ci_over": over})
     return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
@@ -242,29 +253,30 @@ def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
     varying = (f" Rows differ in `{'`, `'.join(keys)}`; `settings` labels the settings that "
                "vary between runs of the same variant (from each run directory's `runs` table)."
                if "settings" in episodes.columns else "")
-    one_run = (" **Every group here is one agent run**: its interval says how sure that run's rate is "
-               "over its tasks, not how another run of the variant would do; run several seeds "
-               "(`seeds=[0,1,2,3,4,5]` or `-m seed=0,1,2,3,4,5`) to learn that."
-               if int(table["runs"].max()) < 2 else "")
+    one_seed = (" **Every group here is one seed**: its interval says how sure that seed's rate is over its "
+                "tasks, not how another seed of the variant would do (its repeats and order seeds share its "
+                "tasks); run several seeds (`seeds=[0,1,2,3,4,5]` or `-m seed=0,1,2,3,4,5`) to learn that."
+                if int(table["seeds"].max()) < 2 else "")
     return Section("Variants", "Success rate (over all evaluated episodes) with a 95% CI over the group's "
-                   "agent runs, the unit that was repeated: Student's t on the runs with a cluster-robust "
-                   "standard error (`ci_over`: how many runs). A group with one run gets the BCa bootstrap "
-                   "interval over that run's tasks instead, `ci_over` saying so. Overhead = every purpose "
-                   f"but act.{one_run}" + varying, table, figure="cost_accuracy")
+                   "seeds, the independent unit (a seed's order seeds and repeats share its task set): "
+                   "Student's t on the seeds with a cluster-robust standard error (`ci_over`: how many). A "
+                   "group with one seed gets the BCa bootstrap interval over that seed's episodes instead, "
+                   f"`ci_over` saying so. Overhead = every purpose but act.{one_seed}" + varying, table,
+                   figure="cost_accuracy")
 
 
-def matched_sections(learning: pl.DataFrame) -> list[Section]:
+def matched_sections(learning: pl.DataFrame, unit: str = "seed") -> list[Section]:
     """Accuracy at matched spend, in dollars where every cost is known (then in tokens too), else in
     tokens; the text says which and why."""
     text = ("Episodes finished within the largest cumulative spend every agent run reached (95% CI over the "
-            "group's runs, as in Variants)")
+            "group's seeds, as in Variants)")
     spend, why = spend_unit(learning)
-    budget, matched = matched_spend(learning)
+    budget, matched = matched_spend(learning, unit=unit)
     by_tokens = Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
                         f"{text}, {why}." if spend == "total_tokens" else f"{text}, in tokens.", matched)
     if spend == "total_tokens":
         return [by_tokens]
-    dollar_budget, by_dollars = matched_spend(learning, "cost_usd")
+    dollar_budget, by_dollars = matched_spend(learning, "cost_usd", unit)
     return [Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", f"{text}, {why}.",
                     by_dollars), by_tokens]
 
@@ -288,44 +300,47 @@ def cost_headline(episodes: pl.DataFrame, calls: pl.DataFrame) -> str:
     return said
 
 
-def comparisons_of(episodes: pl.DataFrame, reference: str) -> Comparisons:
+def comparisons_of(episodes: pl.DataFrame, reference: str, unit: str = "seed") -> Comparisons:
     """Every group against `reference` (harness/report/compare.py): the rows of `comparisons.parquet`."""
-    return paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference)
+    return paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference, unit=unit)
 
 
-SHOWN_COMPARISON = ("group", "reference", "runs", "tasks_per_run", "reference_rate", "rate", "difference",
-                    "ci_low", "ci_high", "p_value", "p_holm", "resolved", "design_effect", "noise_floor",
-                    "pairs", "gained", "lost", "p_episodes")
+SHOWN_COMPARISON = ("group", "reference", "units", "runs", "tasks_per_run", "reference_rate", "rate",
+                    "difference", "ci_low", "ci_high", "p_value", "p_holm", "resolved", "design_effect",
+                    "noise_floor", "pairs", "gained", "lost", "p_episodes")
 """The comparison columns report.md shows (comparisons.parquet has them all); `noise_floor` where measured."""
 
 
-def paired_section(episodes: pl.DataFrame, reference: str, comparisons: Comparisons | None = None) -> Section:
-    comparisons = comparisons_of(episodes, reference) if comparisons is None else comparisons
+def paired_section(episodes: pl.DataFrame, reference: str, comparisons: Comparisons | None = None,
+                   unit: str = "seed") -> Section:
+    comparisons = comparisons_of(episodes, reference, unit) if comparisons is None else comparisons
     table = None
     if not comparisons.table.is_empty():
         measured = comparisons.table["noise_floor"].null_count() < comparisons.table.height
         table = comparisons.table.select([c for c in SHOWN_COMPARISON if c != "noise_floor" or measured])
     return Section(
         f"Paired differences against {reference}",
-        "Each group against the reference, the agent run as the unit: runs pair on seed, order seed and "
-        "repeat (the same tasks in the same order, checked task by task; runs that differ are listed, never "
-        "paired), "
-        "and each pair of runs gives one difference in success over its tasks. What one run learnt early "
-        "shifts all its later tasks, so runs differ by more than their tasks show, and only the runs say how "
-        "another run would do (docs/report.md). `difference` with a 95% t interval over the paired runs "
-        "(`ci_low`, `ci_high`); `p_value`: the exact sign-flip test of the runs' differences, Holm-adjusted "
-        "across the rows (`p_holm`); `resolved`: p_holm < 0.05 and the interval excludes 0. Over n runs the "
-        "sign-flip test cannot go below 2 / 2^n (0.125 at 4 runs, 0.03125 at 6): fewer than 6 paired runs "
-        "can never resolve, and the row's line says so. `design_effect`: how many times the variance of a "
-        "run's difference exceeds what as many independent tasks would give (1 + (tasks per run - 1) x the "
-        "intraclass correlation). Within these runs only, never a verdict about a variant: `pairs` of "
-        "episodes, `gained` / `lost` (tasks only this group / only the reference solved) and `p_episodes`, "
-        "the exact McNemar test over those episode pairs. Under the table, per row: what its runs can show, "
-        "and how many paired runs of how many tasks would resolve its difference (80% power at 5%), from "
-        "the variance measured between and within its runs. Where runs were repeated (stream.repeats), "
-        "`noise_floor` is the larger test-retest flip rate of the two groups: a difference below it is "
-        "within the noise of running either twice. All columns: `comparisons.parquet` beside this report "
-        "(docs/columns.md).",
+        "Each group against the reference, the seed as the unit: runs pair on seed, order seed and repeat "
+        "(the same tasks in the same order, checked task by task; runs that differ are listed, never "
+        "paired), and each seed gives one difference in success over its paired episodes. What one run "
+        "learnt early shifts all its later tasks, so runs differ by more than their tasks show; and a seed's "
+        "order seeds and repeats share its one task set (under greedy decoding a repeat is a copy), so they "
+        "sharpen the seed's difference but are not more evidence about the variant (docs/report.md). "
+        "`units`: the paired seeds; `difference`: the episode-pooled difference, with a 95% t interval over "
+        "the seeds (`ci_low`, `ci_high`); `p_value`: the sign-flip test of the seeds' summed differences "
+        "(exact up to 16 seeds, `p_method`), Holm-adjusted across the rows (`p_holm`); `resolved`: p_holm < "
+        "0.05 and the interval excludes 0. Over n seeds the sign-flip test cannot go below 2 / 2^n (0.125 "
+        "at 4, 0.03125 at 6; a seed whose difference is exactly 0 counts for none): fewer than 6 paired "
+        "seeds can never resolve, and the row's line says so. `design_effect`: how many times the variance "
+        "of a seed's difference exceeds what as many independent episodes would give. Within these runs "
+        "only, never a verdict about a variant: `pairs` of episodes, `gained` / `lost` (tasks only this "
+        "group / only the reference solved) and `p_episodes`, the exact McNemar test over those episode "
+        "pairs. Under the table, per row: what its seeds can show, and how many paired seeds of how many "
+        "episodes would give `resolved` itself 80% power, from the variance measured between and within its "
+        "seeds, taken with its uncertainty (safeguard power). Where runs were repeated (stream.repeats), "
+        "`noise_floor` is the larger test-retest spread of a run's success rate of the two groups: a "
+        "difference below it is within the noise of running either twice. All columns: "
+        "`comparisons.parquet` beside this report (docs/columns.md).",
         table, [*comparisons.notes, *comparisons.plans])
 
 
@@ -340,23 +355,27 @@ def noise_section(learning: pl.DataFrame) -> Section | None:
     floors = noise_floor(learning, group_keys(learning, REPORT_GROUPS))
     if floors.is_empty():
         return None
-    return Section("Noise floor: test-retest flip rate",
+    return Section("Noise floor: test-retest spread",
                    "Each group's agent runs were repeated on the same tasks in the same order "
                    "(stream.repeats), each repeat with its own sampling seed and never answered from another "
                    "repeat's cache. `flip_rate`: the share of tasks whose verdict differed between repeats, "
-                   "with a 95% bootstrap CI over tasks. With greedy decoding on a deterministic model it is "
-                   "0; a provider's nondeterminism or sampling raises it.", floors)
+                   "with a 95% bootstrap CI over tasks; `retest_sd`: the sd of a run's success rate between "
+                   "repeats (the `noise_floor` a paired difference is held against: a flip rate f over T "
+                   "tasks moves a rate by about sqrt(f / T), far less than f). With greedy decoding on a "
+                   "deterministic model both are 0; a provider's nondeterminism or sampling raises them. "
+                   "Repeats measure this noise; they are not more seeds (a seed's repeats share its tasks).",
+                   floors)
 
 
-def metrics_section(learning: pl.DataFrame) -> Section:
-    metrics = evolution_metrics(learning, group_keys(learning, REPORT_GROUPS))
+def metrics_section(learning: pl.DataFrame, unit: str = "seed") -> Section:
+    metrics = evolution_metrics(learning, group_keys(learning, REPORT_GROUPS), unit=unit)
     shown = with_interval(metrics, ["evolution_gain", "adaptation_tasks", "forgetting",
                                     "success_per_1k_tokens", "success_per_usd"])
     shown = shown.select([c for c in shown.columns if shown[c].null_count() < shown.height])
     return Section(
         "Self-evolution metrics",
-        "Per group, with 95% CIs over its runs in brackets where it has two or more (t, cluster-robust; "
-        "one run has none: nothing says how another would differ) (formulas in docs/report.md): "
+        "Per group, with 95% CIs over its seeds in brackets where it has two or more (t, cluster-robust; "
+        "one seed has none: nothing says how another would differ) (formulas in docs/report.md): "
         "`evolution_gain` = "
         "success sequential - isolated on the same tasks (when both scenarios ran); `adaptation_tasks` = "
         "tasks until the rolling success (10 tasks) first reaches 90% of its final level (mean over "
@@ -370,16 +389,17 @@ def aggregate_section(result: Aggregates) -> Section:
     shown = with_interval(result.table, ["iqm", "p_improvement"])
     return Section(
         "Across strata: IQM, probability of improvement, performance profiles",
-        f"The report spans {len(result.strata)} strata ({', '.join(result.strata)}); each group's runs give "
-        "a runs x strata matrix of success rates (rliable, Agarwal et al. 2021; runs resampled within each "
-        "stratum, 95% intervals in brackets): `iqm`, the interquartile mean of those scores (the middle "
-        "half: robust to a stratum or a run far from the rest); `p_improvement`, the probability that a run "
-        "of the group beats a run of the reference on a stratum, averaged over strata (0.5: no difference). "
+        f"The report spans {len(result.strata)} strata ({', '.join(result.strata)}); each group's seeds give "
+        "a seeds x strata matrix of success rates (rliable, Agarwal et al. 2021; a seed's repeats and order "
+        "seeds pooled; seeds resampled within each stratum, 95% intervals in brackets): `iqm`, the "
+        "interquartile mean of those scores (the middle half: robust to a stratum or a seed far from the "
+        "rest); `p_improvement`, the probability that a seed of the group beats a seed of the reference on a "
+        "stratum, averaged over strata (0.5: no difference). "
         "The profile plots the share of scores above each threshold.", shown, result.notes,
         figure="performance_profiles")
 
 
-def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
+def snapshot_views_table(episodes: pl.DataFrame, unit: str = "seed") -> pl.DataFrame | None:
     """Success of snapshot evaluations by group, view and snapshot position, with CIs."""
     if "view" not in episodes.columns or episodes["view"].null_count() == episodes.height:
         return None
@@ -387,9 +407,10 @@ def snapshot_views_table(episodes: pl.DataFrame) -> pl.DataFrame | None:
     keys = [k for k in group_keys(episodes, REPORT_GROUPS) if k not in SNAPSHOT_COLUMNS]
     rows = []
     for group, frame in evaluated.group_by([*keys, "view", "snapshot_position"], maintain_order=True):
-        runs, low, high, over = _interval_of(frame)
+        _units, low, high, over = _interval_of(frame, unit)
         rows.append({**dict(zip([*keys, "view", "snapshot_position"], group, strict=True)),
-                     "runs": runs, "episodes": frame.height,
+                     "seeds": frame["seed"].n_unique(), "runs": frame["run_id"].n_unique(),
+                     "episodes": frame.height,
                      "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high,
                      "ci_over": over})
     return pl.DataFrame(rows).sort([*keys, "view", "snapshot_position"])
@@ -422,7 +443,7 @@ def extra_sections(episodes: pl.DataFrame) -> list[Section]:
     return sections
 
 
-def family_section(episodes: pl.DataFrame) -> Section | None:
+def family_section(episodes: pl.DataFrame, unit: str = "seed") -> Section | None:
     """Success per task family (a dataset's subjects, an interleaved stream's sources), where the
     stream has more than one: a mean over all families can hide a variant that helps on one and
     hurts on another."""
@@ -432,13 +453,13 @@ def family_section(episodes: pl.DataFrame) -> Section | None:
     keys = [*group_keys(stream, REPORT_GROUPS), "family"]
     table = stream.group_by(keys).agg(pl.col("seed").n_unique().alias("seeds"), pl.len().alias("episodes"),
                                       pl.col("success").mean().alias("success_rate")).sort(keys)
-    intervals = [_interval_of(stream.filter(_same(row, keys))) for row in table.iter_rows(named=True)]
+    intervals = [_interval_of(stream.filter(_same(row, keys)), unit) for row in table.iter_rows(named=True)]
     table = table.with_columns(
         success_rate_low=pl.Series([low for _, low, _, _ in intervals], dtype=pl.Float64),
         success_rate_high=pl.Series([high for *_, high, _ in intervals], dtype=pl.Float64),
         ci_over=pl.Series([over for *_, over in intervals], dtype=pl.String))
-    return Section("By family", "Success rate per task family with a 95% CI over the group's runs (t on "
-                   "their rates, as in the Variants table; over the one run's tasks where it has one, "
+    return Section("By family", "Success rate per task family with a 95% CI over the group's seeds (t on "
+                   "their rates, as in the Variants table; over the one seed's episodes where it has one, "
                    "`ci_over` says which); families are as the environment names them (`episodes.family`).",
                    with_interval(table, ["success_rate"]))
 
@@ -555,29 +576,30 @@ def render_markdown(summary: str, sections: list[Section]) -> str:
 
 
 def write_report(paths: list[Path], out: Path, reference: str = "baseline", html: bool = True,
-                 max_transcripts: int = 1000) -> str:
+                 max_transcripts: int = 1000, unit: str = "seed") -> str:
     runs = find_run_dirs(paths)
     episodes, calls, status = load(runs)
-    table = main_table(episodes)
+    table = main_table(episodes, unit)
     learning = learning_runs(episodes)
     if learning.is_empty():
         learning = episodes
-    views = snapshot_views_table(episodes)
-    comparisons = comparisons_of(episodes, reference)
-    sections = [variants_section(episodes, table), *matched_sections(learning),
+    views = snapshot_views_table(episodes, unit)
+    comparisons = comparisons_of(episodes, reference, unit)
+    sections = [variants_section(episodes, table), *matched_sections(learning, unit),
                 paired_section(episodes, reference, comparisons),
-                *[s for s in (noise_section(learning),) if s is not None], metrics_section(learning)]
+                *[s for s in (noise_section(learning),) if s is not None], metrics_section(learning, unit)]
     if views is not None:
         sections.append(Section(
             "Snapshots on held-out views", "Snapshots evaluated frozen (python -m harness.evaluate): `id` "
             "held-out tasks of the same distribution, `ood` another family or env, `replay` the run's own "
-            "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% CI over runs (`ci_over`; "
-            "over the one run's tasks where there is one).", views,
+            "earlier tasks; `snapshot_position` = stream tasks learnt from. 95% CI over seeds (`ci_over`; "
+            "over the one seed's episodes where there is one).", views,
             figure="snapshot_views"))
-    mechanisms = (family_section(learning), purpose_section(learning, calls), edits_section(runs, learning),
+    mechanisms = (family_section(learning, unit), purpose_section(learning, calls),
+                  edits_section(runs, learning),
                   prompt_search_section(runs, learning), safety_section(learning))
     sections += [s for s in mechanisms if s is not None]
-    across = aggregates(learning, group_keys(learning, REPORT_GROUPS), reference)
+    across = aggregates(learning, group_keys(learning, REPORT_GROUPS), reference, unit=unit)
     if across is not None:
         sections.append(aggregate_section(across))
     sections += [*extra_sections(episodes), Section("Runs", "", pl.DataFrame(status))]
@@ -610,12 +632,16 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the first path)")
     parser.add_argument("--reference", default="baseline", help="variant (or full group label) the "
                         "others are paired against (default: baseline)")
+    parser.add_argument("--unit", choices=["seed", "order"], default="seed", help="the independent unit of "
+                        "every interval and test: seed (default: a seed's order seeds and repeats share its "
+                        "task set) or order (each order of a seed: assumes the shared task set adds nothing "
+                        "the orders share)")
     parser.add_argument("--max-transcripts", type=int, default=1000, help="episodes whose calls report.html "
                         "shows in full (default 1000; the rest are listed without their transcripts)")
     args = parser.parse_args(argv)
     try:
         main_rows = write_report(args.paths, args.out or args.paths[0], args.reference,
-                                 max_transcripts=args.max_transcripts)
+                                 max_transcripts=args.max_transcripts, unit=args.unit)
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

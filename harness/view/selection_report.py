@@ -23,10 +23,12 @@ from harness.view.queries import jsonable, selected_episodes
 from harness.view.store import Store, TooLarge, ViewError
 
 MAX_GROUP_EPISODES = 3_000
-"""Most episodes per group the comparison computes. harness/report/stats.py's BCa bootstrap holds its whole
-jackknife at once (indices and values, about 16 n² bytes) and 2,000 resamples (16 KB per episode):
-3,000 episodes in one group stay within the viewer's 1 GB (measured: docs/viewer.md); at 25,000 it
-would need about 10 GB."""
+"""Most episodes per group the comparison computes. What still grows with them in harness/report/stats.py:
+the BCa interval of a group with one seed (its jackknife holds about 16 n^2 bytes, up to `BCA_UP_TO`
+episodes: 144 MB at 3,000) and a comparison's within-run bootstrap (`RESAMPLES` draws of each run's
+episodes: 32 KB per episode of its largest run). Groups of several seeds take their interval over seeds, a
+pass over the episodes. At 3,000 episodes a group stays within the viewer's 1 GB (measured: docs/viewer.md,
+when the interval was a BCa over every group's episodes, the larger of the two)."""
 
 
 @dataclass

@@ -45,7 +45,7 @@ def test_a_report_over_two_envs_gets_an_iqm_and_a_probability_of_improvement_per
     result = aggregates(two_envs({"baseline": 0.3, "memory": 0.7}), ["variant", "env"])
     assert result is not None and result.strata == ["countries", "tools"]
     memory = result.table.filter(pl.col("group") == "memory").row(0, named=True)
-    assert (memory["runs"], memory["strata"], memory["reference"]) == (5, 2, "baseline")
+    assert (memory["seeds"], memory["strata"], memory["reference"]) == (5, 2, "baseline")
     assert memory["iqm_low"] <= memory["iqm"] <= memory["iqm_high"]
     assert 0.5 < memory["p_improvement_low"] <= memory["p_improvement"] <= memory["p_improvement_high"] <= 1
     assert set(result.profiles) == {"baseline", "memory"}

@@ -46,13 +46,13 @@ def test_the_report_pairs_variants_against_the_reference_and_computes_the_metric
     assert main([str(sweep), "--out", str(tmp_path), "--reference", "reflexion"]) == 0
     report = (tmp_path / "report.md").read_text()
     paired = report[report.index("## Paired differences against reflexion"):]
-    assert "| baseline | reflexion | 2 | 10.000 |" in paired  # 2 paired runs (seeds) of 10 tasks
+    assert "| baseline | reflexion | 2 | 2 | 10.000 |" in paired  # 2 paired seeds, 2 runs of 10 tasks
     verdicts = pl.read_parquet(tmp_path / "comparisons.parquet")
     row = verdicts.row(0, named=True)
     assert (row["group"], row["reference"], row["runs"], row["pairs"]) == ("baseline", "reflexion", 2, 20)
     assert {"difference", "ci_low", "ci_high", "p_value", "p_holm", "resolved", "gained", "lost",
             "p_episodes"} <= set(verdicts.columns)
-    assert row["resolved"] is False and "2 paired runs cannot reach p < 0.05" in paired
+    assert row["resolved"] is False and "2 paired seeds cannot reach p < 0.05" in paired
     metrics = report[report.index("## Self-evolution metrics"):]
     header = next(line for line in metrics.splitlines() if line.startswith("| variant"))
     assert {"forgetting", "success_per_1k_tokens", "std_over_seeds"} <= set(header.strip("| ").split(" | "))

@@ -9,14 +9,17 @@ from harness.report.compare import adaptation_tasks, evolution_metrics, paired_c
 from harness.report.stats import (
     VarianceSplit,
     cluster_ci,
+    decision_power,
     holm,
     mcnemar_exact,
     power_at,
-    runs_needed,
-    runs_to_reach,
+    safeguard,
+    sign_flip_method,
     sign_flip_p,
     smallest_p,
     stratified_bootstrap_ci,
+    units_needed,
+    units_to_reach,
     variance_split,
 )
 
@@ -88,9 +91,23 @@ def test_the_sign_flip_test_is_exact_and_cannot_go_below_two_in_two_to_the_runs(
     assert sign_flip_p(np.array([0.1, 0.2, 0.05, 0.3])) == pytest.approx(0.125) == smallest_p(4)
     assert sign_flip_p(np.array([0.1, -0.2, 0.05, 0.3, 0.1, 0.1])) == pytest.approx(24 / 64)
     assert sign_flip_p(np.zeros(5)) == 1.0
-    assert runs_to_reach(0.05) == 6 and smallest_p(6) == 0.03125
-    many = np.full(20, 0.1)  # beyond the exhaustive limit: random sign patterns, still near 2 / 2^20
-    assert sign_flip_p(many) < 1e-3
+    assert units_to_reach(0.05) == 6 and smallest_p(6) == 0.03125
+    many = np.full(20, 0.1)  # beyond the exhaustive limit: random sign patterns, at their floor
+    assert sign_flip_p(many) == pytest.approx(2 / 100_001) == smallest_p(20)
+    assert (sign_flip_method(16), sign_flip_method(17)) == ("exact", "monte carlo")
+
+
+def test_a_unit_whose_difference_is_exactly_zero_halves_the_sign_patterns():
+    differences = np.array([0.1, 0.2, 0.05, 0.3, 0.0, 0.0])
+    assert sign_flip_p(differences) == pytest.approx(smallest_p(6, zeros=2)) == pytest.approx(0.125)
+    assert smallest_p(6, zeros=6) == 1.0
+
+
+def test_holm_multiplies_the_row_ranked_first_so_more_rows_need_more_units():
+    assert units_to_reach(0.05, rows=1) == 6
+    assert units_to_reach(0.05, rows=3) == 7  # 2 / 2^7 x 3 = 0.047
+    # a 6-unit row ranked last is multiplied by 1: it can resolve beside a row with a tiny p
+    assert holm([1e-5, 0.03125]) == [2e-5, 0.03125]
 
 
 def test_the_variance_split_recovers_known_between_and_within_run_variances():
@@ -104,19 +121,57 @@ def test_the_variance_split_recovers_known_between_and_within_run_variances():
     assert variance_split(values[:25], np.zeros(25)) is None
 
 
-def test_the_planned_number_of_runs_gives_about_80_percent_power():
-    split = VarianceSplit(between=0.01, within=0.25, tasks_per_run=50, runs=10)
-    needed = runs_needed(0.15, split, 50)
-    assert needed == 8  # 256 sign patterns per test: cheap to check 300 times
-    assert power_at(needed, 0.15, split, 50) >= 0.8 > power_at(needed - 1, 0.15, split, 50)
+def resolved_rate(units: int, effect: float, spread: float, experiments: int, rows: int = 1) -> float:
+    """How often the report's rule (sign-flip p x rows < 0.05 and the 95% t interval excluding 0) resolves
+    `units` differences drawn from N(effect, spread^2): the rule itself, one experiment at a time."""
     rng = np.random.default_rng(3)
-    spread = split.run_variance(50) ** 0.5
-    rejected = sum(sign_flip_p(rng.normal(0.15, spread, size=needed), seed=i) < 0.05 for i in range(300))
-    assert 0.72 <= rejected / 300 <= 0.88
-    # More tasks per run cannot plan below what the variance between runs alone needs.
-    assert runs_needed(0.1, split, 10_000) >= runs_needed(0.1, VarianceSplit(0.01, 0.0, 50, 10), 50)
-    assert runs_needed(0.0, split, 50) is None
-    assert power_at(5, 1.0, split, 50) == 0.0  # 5 runs cannot reach 5%
+    critical = scipy.stats.t.ppf(0.975, units - 1)
+    resolved = 0
+    for i in range(experiments):
+        d = rng.normal(effect, spread, size=units)
+        t_ok = abs(d.mean()) / (d.std(ddof=1) / units**0.5) > critical
+        resolved += bool(t_ok and sign_flip_p(d, seed=i) * rows < 0.05)
+    return resolved / experiments
+
+
+def test_the_power_is_that_of_the_verdict_itself_the_sign_flip_test_and_the_interval_together():
+    # At 6 units the sign-flip test rejects only when all six differences share a sign: the t test's
+    # power (0.80 here) overstates the verdict's. The verdict's power is what is promised.
+    spread = 0.1
+    effect = 0.1435  # the paired t test's 80% at 6 units
+    t_power = scipy.stats.nct.sf(scipy.stats.t.ppf(0.975, 5), 5, effect * 6**0.5 / spread) \
+        + scipy.stats.nct.cdf(-scipy.stats.t.ppf(0.975, 5), 5, effect * 6**0.5 / spread)
+    assert t_power == pytest.approx(0.80, abs=0.01)
+    promised = decision_power(6, effect, spread)
+    observed = resolved_rate(6, effect, spread, 600)
+    assert promised < 0.72 and abs(promised - observed) < 0.05  # 3 standard errors of 600 experiments
+    assert abs(decision_power(7, effect, spread) - resolved_rate(7, effect, spread, 400)) < 0.07
+    # with Holm over 3 rows the row ranked first must reach 0.05 / 3
+    assert abs(decision_power(8, effect, spread, rows=3) - resolved_rate(8, effect, spread, 400, rows=3)) < 0.07
+
+
+def test_the_planned_number_of_units_gives_the_verdict_80_percent_power():
+    split = VarianceSplit(between=0.01, within=0.25, tasks_per_run=50, runs=10)
+    needed = units_needed(0.15, split, 50)
+    assert needed == 8
+    assert power_at(needed, 0.15, split, 50) >= 0.8 > power_at(needed - 1, 0.15, split, 50)
+    assert 0.72 <= resolved_rate(needed, 0.15, split.run_variance(50) ** 0.5, 300) <= 0.88
+    # More tasks per unit cannot plan below what the variance between units alone needs.
+    assert units_needed(0.1, split, 10_000) >= units_needed(0.1, VarianceSplit(0.01, 0.0, 50, 10), 50)
+    assert units_needed(0.0, split, 50) is None
+    assert power_at(5, 1.0, split, 50) == 0.0  # 5 units cannot reach 5%
+    assert units_needed(0.15, split, 50, rows=3) > needed
+
+
+def test_a_pilot_is_planned_from_with_its_uncertainty_not_its_point_estimates():
+    pilot = np.array([0.10, 0.02, 0.12, 0.06, 0.08, 0.04])  # mean 0.07, sd 0.0374
+    guard = safeguard(pilot)
+    assert guard is not None and 0 < guard.effect < 0.07 and guard.spread > pilot.std(ddof=1)
+    # the effect at the near end of its 60% interval (one-sided 80%), the spread at its 80% upper bound
+    assert guard.effect == pytest.approx(0.07 - scipy.stats.t.ppf(0.8, 5) * pilot.std(ddof=1) / 6**0.5)
+    assert guard.spread == pytest.approx(pilot.std(ddof=1) * (5 / scipy.stats.chi2.ppf(0.2, 5)) ** 0.5)
+    assert safeguard(np.array([0.1, -0.1, 0.05, -0.04])).effect == 0.0  # within its own noise
+    assert safeguard(np.array([0.1])) is None
 
 
 def episodes_frame(groups: dict[str, dict[int, list[bool]]], scenario: str = "sequential",
@@ -149,7 +204,7 @@ def test_variants_are_paired_task_by_task_against_the_reference():
     assert not memory["resolved"]  # 3 runs cannot resolve anything, however large the difference
     assert memory["gained"] + memory["lost"] > 0 and 0 <= memory["p_episodes"] <= 1  # within these runs
     assert (retry["difference"], retry["p_value"], retry["resolved"]) == (0.0, 1.0, False)
-    assert result.plans[0].startswith("memory: 3 paired runs cannot reach p < 0.05 whatever they show")
+    assert result.plans[0].startswith("memory: 3 paired seeds cannot reach p < 0.05 whatever they show")
     assert "no difference observed" in result.plans[1]
 
 
@@ -209,6 +264,7 @@ def test_forgetting_is_the_drop_from_learning_a_task_to_its_last_replay():
 
 def test_power_far_in_the_tail_is_a_number():
     assert power_at(6, 0.3445, VarianceSplit(0.00667, 0.0, 50, 0), 50) == pytest.approx(1.0)
+    assert decision_power(200, 5.0, 0.01) == pytest.approx(1.0)  # beyond the simulation: the t test's
 
 
 def test_the_p_value_of_many_runs_is_the_same_on_every_call():
