@@ -149,3 +149,24 @@ def test_with_the_dashboard_off_neither_rays_api_server_nor_its_monitor_starts(d
     assert any("dashboard/agent.py" in command for command in commands), commands
     assert any("dashboard/dashboard.py" in command for command in commands) == dashboard, commands
     assert any("autoscaler/_private/monitor.py" in command for command in commands) == dashboard, commands
+
+
+def test_the_actors_of_a_local_ray_run_at_the_niceness_of_the_command_that_started_it():
+    """Ray starts its workers at nice 15: beside anything at nice 0 the kernel gave the pool's actors
+    36/1024 of its share, and beside 3 busy loops the pool took 352 s to start instead of 7
+    (harness/driver/startup.py). An actor of the harness's Ray runs at the command's own niceness."""
+    script = textwrap.dedent("""
+        import os
+        import ray
+        from harness.config import RaySettings
+        from harness.driver.session import ray_session
+        settings = RaySettings(address=None, num_workers=1, include_dashboard=False, limits=None)
+        with ray_session(settings):
+            niceness = ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote())
+            print("niceness", os.nice(0), niceness)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("niceness ")]
+    command, actor = line.split()[1:]
+    assert actor == command, done.stdout
