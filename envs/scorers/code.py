@@ -1,18 +1,24 @@
-"""`code`: the reply's program run against the task's tests in the sandbox (harness/sandbox/).
+"""`code`: the reply's program tested by the task's tests, each in a sandbox of its own
+(harness/sandbox/apart.py).
 
 For code generation (HumanEval, MBPP, DS-1000-like tasks): the task's reference is its test code
 (in `env.fields.answer`, a column or a template, e.g. `"{test}\\ncheck({entry_point})"` for
-HumanEval), run after the program as one script; the reply passes when the script ends without an
-exception (pass@1). The program is the reply's last ```` ```python ```` block, else its last fenced
-block, else the whole reply. It runs in the kernel sandbox: no network, no file of ours, only the
-standard library, CPU, memory and wall time bounded; the verdict is one line ("passed the tests",
-"failed the tests: AssertionError", "failed the tests: NameError: ...", "timed out ...").
-The verdict is what the sandbox's runner returns once the tests have run, through the sandbox's
-own channel with a nonce drawn for the run: a program that writes `{"value": "passed"}` to a
-result file and exits has "failed the tests: ended without returning a result" (written to a
-descriptor it guesses: "... no readable result"). Not guaranteed: the program and its tests share
-one interpreter, so a program written to subvert them (an answer equal to everything, the
-runner's frames searched for the nonce) is beyond what running the tests can stop.
+HumanEval); the reply passes when the tests run to their end without an exception (pass@1). The
+program is the reply's last ```` ```python ```` block, else its last fenced block, else the whole
+reply. The program runs in one kernel sandbox (no network, no file of ours, only the standard
+library, CPU, memory and wall time bounded), the tests in another; every name the tests use that
+the program defines (its functions, a module it imported, a plain value) is bound in the tests to a
+stand-in, and a call crosses as plain values only (numbers, strings, lists, tuples, dicts, sets,
+bytes, None, bools) and comes back as one, or as the exception it raised, by its builtin type's name
+and its message. The verdict is the tests process's, through a channel the program's process never
+holds: "passed the tests", "failed the tests: AssertionError", "failed the tests: NameError: ...",
+"failed the tests: add(2, 3) returned a Weird (a subclass of float), which cannot cross ...",
+"failed the tests: wall-time limit of 10 s exceeded". So an answer equal to everything, a patched
+builtin, a replaced module, a search of frames or a forged result changes nothing but the program's
+own process. Not guaranteed: a program that answers the tested inputs with the expected outputs (a
+table of the tests' answers) passes, as it would anywhere; and a test that needs the program's
+objects themselves (an argument changed in place, an instance of its class, a generator) fails,
+saying the value cannot cross (docs/datasets.md).
 
 Options: `timeout` (wall seconds per program, 10), `memory_mb` (512), `weak` (false; true: the
 weak subprocess sandbox, where kernel isolation is unavailable: it stops honest mistakes, not an
@@ -57,8 +63,7 @@ class CodeScorer(SettlingScorer):
         program = program_of(reply)
         if not program.strip():
             return Verdict(score=0.0, success=False, response=None, reason="no code in the reply")
-        said = await checks.run_python(f"{program}\n\n{task.answer}\n", self.timeout, self.memory_mb,
-                                       self.weak)
+        said = await checks.run_tests(program, task.answer, self.timeout, self.memory_mb, self.weak)
         response = program.strip()
         if said == "passed":
             return Verdict(score=1.0, success=True, response=response, reason="passed the tests")

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import glob
 import json
@@ -103,18 +104,21 @@ class Sandbox:
         self.isolation: Literal["kernel", "weak"] = "weak" if weak else "kernel"
 
     def run(self, code: str, argument: str) -> SandboxResult:
+        return self.start(code, argument).result()
+
+    def start(self, code: str, argument: str, link: tuple[int, int] | None = None) -> Running:
+        """Start `tool(argument)` and return at once: `result()` waits for it, `stop()` ends it.
+        `link`: two descriptors of ours (read, write) that the tool gets as 4 and 5, e.g. the ends of
+        pipes to another sandbox (harness/sandbox/apart.py); the caller closes its own copies."""
         nonce = secrets.token_hex(16)
         config = {"code": code, "argument": argument, "cpu_s": self.cpu_s, "memory_mb": self.memory_mb,
-                  "output_bytes": self.output_bytes, "max_processes": self.max_processes, "nonce": nonce}
-        launch = _run_weak if self.isolation == "weak" else _run_kernel
+                  "output_bytes": self.output_bytes, "max_processes": self.max_processes, "nonce": nonce,
+                  "link": list(link or ())}
+        launch = _WeakLaunch if self.isolation == "weak" else _KernelLaunch
         try:
-            stdout, result, failure = launch(config, self.wall_s)
-            if failure == "timeout":
-                failure = f"wall-time limit of {self.wall_s:g} s exceeded"
-            return self._result(stdout, result, failure, nonce)
-        except Exception as error:  # a bug of ours or a host failure: the tool's attempt fails, no more
-            error_text = one_line(f"sandbox error: {type(error).__name__}: {error}")
-            return SandboxResult(ok=False, value=None, error=error_text, stdout="", isolation=self.isolation)
+            return Running(self, nonce, launch(config, self.wall_s))
+        except Exception as error:  # a host failure (no process to start): the run fails, no more
+            return Running(self, nonce, None, error)
 
     async def arun(self, code: str, argument: str) -> SandboxResult:
         return await asyncio.to_thread(self.run, code, argument)
@@ -137,6 +141,32 @@ class Sandbox:
         return SandboxResult(ok=False, value=None, error=error[:500], stdout=stdout, isolation=self.isolation)
 
 
+class Running:
+    """A sandbox run started by `Sandbox.start`: `result()` waits for it (and never raises), `stop()`
+    ends it at once, every process of it included."""
+
+    def __init__(self, box: Sandbox, nonce: str, launch: _KernelLaunch | _WeakLaunch | None,
+                 failed: Exception | None = None) -> None:
+        self.box, self.nonce, self.launch, self.failed = box, nonce, launch, failed
+
+    def result(self) -> SandboxResult:
+        box = self.box
+        try:
+            if self.launch is None:
+                raise self.failed or RuntimeError("not started")
+            stdout, result, failure = self.launch.report()
+            if failure == "timeout":
+                failure = f"wall-time limit of {box.wall_s:g} s exceeded"
+            return box._result(stdout, result, failure, self.nonce)
+        except Exception as error:  # a bug of ours or a host failure: the tool's attempt fails, no more
+            error_text = one_line(f"sandbox error: {type(error).__name__}: {error}")
+            return SandboxResult(ok=False, value=None, error=error_text, stdout="", isolation=box.isolation)
+
+    def stop(self) -> None:
+        if self.launch is not None:
+            self.launch.stop()
+
+
 def _result_value(result: bytes, nonce: str) -> str | None:
     """The tool's value from what came through the result channel: `{"nonce": "<this run's>",
     "value": "<text>"}`, else None. Code that finds the channel can write anything there (bytes
@@ -156,9 +186,9 @@ def kernel_isolation_problem() -> str | None:
     if sys.platform != "linux":
         return f"it needs Linux namespaces, this is {sys.platform}"
     probe = {"code": "def tool(q):\n    return q", "argument": "probe", "cpu_s": 5, "memory_mb": 256,
-             "output_bytes": 10_000, "max_processes": 1, "nonce": secrets.token_hex(16)}
+             "output_bytes": 10_000, "max_processes": 1, "nonce": secrets.token_hex(16), "link": []}
     try:
-        stdout, result, failure = _run_kernel(probe, wall_s=20)
+        stdout, result, failure = _KernelLaunch(probe, wall_s=20).report()
     except OSError as error:
         return str(error)
     if failure is None and _result_value(result, probe["nonce"]) == "probe":
@@ -177,53 +207,84 @@ def _user_namespace() -> bool:
     return os.geteuid() != 0
 
 
-def _run_kernel(config: dict[str, Any], wall_s: float) -> Report:
-    userns = _user_namespace()
-    config = {**config, "host_pid": os.getpid(), "deadline": time.monotonic() + wall_s, "userns": userns,
-              "uid": os.geteuid() if userns else TOOL_UIDS[secrets.randbelow(len(TOOL_UIDS))],
-              "masks": _package_dirs(), "work_mb": _WORK_MB}
-    process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _inside_source("_inside_stage1")],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=_ENV, start_new_session=True)
-    try:  # stage 1 keeps the wall clock; this only guards against stage 1 itself hanging
-        out, err = process.communicate(json.dumps(config).encode(), timeout=wall_s + 10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        return b"", b"", "timeout"
-    try:
-        report = json.loads(out.splitlines()[-1])
-    except (IndexError, ValueError):
-        last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {process.returncode}"]
-        return b"", b"", f"sandbox failed to start: {last[0][:300]}"
-    stdout, result = base64.b64decode(report.get("stdout", "")), base64.b64decode(report.get("result", ""))
-    if "error" in report:
-        return stdout, b"", f"sandbox setup failed: {report['error']}"
-    if report.get("timeout"):
-        return stdout, result, "timeout"
-    return stdout, result, _exit_reason(os.waitstatus_to_exitcode(report["status"]))
+class _KernelLaunch:
+    """Stage 1 started (`python -I -S -c` inside.py), its config not yet sent: `report` sends it and
+    waits (it keeps the wall clock itself)."""
+
+    def __init__(self, config: dict[str, Any], wall_s: float) -> None:
+        userns = _user_namespace()
+        config = {**config, "host_pid": os.getpid(), "deadline": time.monotonic() + wall_s, "userns": userns,
+                  "uid": os.geteuid() if userns else TOOL_UIDS[secrets.randbelow(len(TOOL_UIDS))],
+                  "masks": _package_dirs(), "work_mb": _WORK_MB}
+        self.wall_s, self.input = wall_s, json.dumps(config).encode()
+        command = [sys.executable, "-I", "-S", "-c", _inside_source("_inside_stage1")]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=_ENV, start_new_session=True,
+                                        pass_fds=config["link"])
+
+    def report(self) -> Report:
+        process = self.process
+        try:  # stage 1 keeps the wall clock; this only guards against stage 1 itself hanging
+            out, err = process.communicate(self.input, timeout=self.wall_s + 10)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            process.communicate()
+            return b"", b"", "timeout"
+        try:
+            report = json.loads(out.splitlines()[-1])
+        except (IndexError, ValueError):
+            last = (err.decode(errors="replace").strip().splitlines()[-1:]
+                    or [f"exit code {process.returncode}"])
+            return b"", b"", f"sandbox failed to start: {last[0][:300]}"
+        stdout = base64.b64decode(report.get("stdout", ""))
+        result = base64.b64decode(report.get("result", ""))
+        if "error" in report:
+            return stdout, b"", f"sandbox setup failed: {report['error']}"
+        if report.get("timeout"):
+            return stdout, result, "timeout"
+        return stdout, result, _exit_reason(os.waitstatus_to_exitcode(report["status"]))
+
+    def stop(self) -> None:
+        """SIGKILL to stage 1's process group; PID 1 dies with it (its parent-death signal), and with
+        PID 1 the whole namespace."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def _run_weak(config: dict[str, Any], wall_s: float) -> Report:
-    # The result channel: a file with no name (unlinked at birth), outside the tool's directory.
-    with (tempfile.TemporaryDirectory(prefix="harness-sandbox-") as workdir,
-          tempfile.TemporaryFile(prefix="harness-sandbox-result-") as channel):
-        root = Path(workdir)
-        config = {**config, "result_fd": channel.fileno()}
-        with (root / "stdout.txt").open("wb") as stdout:
-            process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _inside_source("_inside_weak")],
-                                       cwd=root, stdin=subprocess.PIPE, stdout=stdout,
-                                       stderr=subprocess.STDOUT, env=_ENV, start_new_session=True,
-                                       pass_fds=(channel.fileno(),))
+class _WeakLaunch:
+    """The weak sandbox's one process started; `report` sends its config and waits."""
+
+    def __init__(self, config: dict[str, Any], wall_s: float) -> None:
+        # The result channel: a file with no name (unlinked at birth), outside the tool's directory.
+        self.workdir = tempfile.TemporaryDirectory(prefix="harness-sandbox-")
+        self.channel = tempfile.TemporaryFile(prefix="harness-sandbox-result-")  # noqa: SIM115 closed by report
+        self.root, self.wall_s, self.limit = Path(self.workdir.name), wall_s, config["output_bytes"]
+        config = {**config, "result_fd": self.channel.fileno()}
+        self.input = json.dumps(config).encode()
+        command = [sys.executable, "-I", "-S", "-c", _inside_source("_inside_weak")]
+        with (self.root / "stdout.txt").open("wb") as stdout:
+            self.process = subprocess.Popen(command, cwd=self.root, stdin=subprocess.PIPE, stdout=stdout,
+                                            stderr=subprocess.STDOUT, env=_ENV, start_new_session=True,
+                                            pass_fds=(self.channel.fileno(), *config["link"]))
+
+    def report(self) -> Report:
+        try:
             try:
-                process.communicate(json.dumps(config).encode(), timeout=wall_s)
-                failure = _exit_reason(process.returncode)
+                self.process.communicate(self.input, timeout=self.wall_s)
+                failure = _exit_reason(self.process.returncode)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                self.stop()
+                self.process.wait()
                 failure = "timeout"
-        channel.seek(0)
-        return (root / "stdout.txt").read_bytes(), channel.read(config["output_bytes"] + 1), failure
+            self.channel.seek(0)
+            return (self.root / "stdout.txt").read_bytes(), self.channel.read(self.limit + 1), failure
+        finally:
+            self.channel.close()
+            self.workdir.cleanup()
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def _exit_reason(code: int) -> str | None:

@@ -83,6 +83,8 @@ def _inside_stage1():
         _inside_pid1(config, call, status_w)
     os.close(status_w)
     os.close(result_w)
+    for fd in config["link"]:  # the tool's alone: its peer sees an end of file when the tool ends
+        os.close(fd)
     limit = config["output_bytes"]
     messages, result, timed_out = _inside_watch(pid1, status_r, result_r, config["deadline"], limit)
     os.waitpid(pid1, 0)  # returns once the kernel has killed and reaped the whole namespace
@@ -181,7 +183,8 @@ def _inside_pid1(config, call, status_fd):
         tool = os.fork()
         if tool == 0:  # the tool closes status_fd with every other inherited descriptor
             _inside_finish(lambda: _inside_tool(config, call))
-        os.close(config["result_fd"])  # the tool's alone now
+        for fd in (config["result_fd"], *config["link"]):  # the tool's alone now
+            os.close(fd)
         while True:
             pid, status = os.waitpid(-1, 0)
             if pid == tool:
@@ -260,17 +263,33 @@ def _inside_tool(config, call):
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    os.dup2(config["result_fd"], 3)  # the result channel: the one descriptor kept
-    config["result_fd"] = 3
+    kept = _inside_place_fds(config)  # the result channel (and the link, if any): nothing else
     try:
-        call("close_range", 4, 0xFFFFFFFF, 0)
+        call("close_range", kept, 0xFFFFFFFF, 0)
     except (AttributeError, OSError):  # libc or kernel too old
-        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        os.closerange(kept, os.sysconf("SC_OPEN_MAX"))
     _inside_drop_privileges(config, call)
     # in a user namespace, stage 1 and PID 1 have the tool's uid too
     _inside_limits(config, processes=config["max_processes"] + (2 if config["userns"] else 0))
     _inside_seccomp(call)
     _inside_call_tool(config)
+
+
+def _inside_place_fds(config):
+    """The result channel as descriptor 3 and the link's two ends (if any) as 4 (read) and 5
+    (write), wherever they were (one may sit where another must go: each is first copied above
+    them all); returns the first descriptor number past them."""
+    import fcntl
+    import os
+
+    wanted = [config["result_fd"], *config["link"]]
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in wanted]
+    for number, fd in enumerate(high, start=3):
+        os.dup2(fd, number)
+    for fd in {*high, *wanted} - set(range(3, 3 + len(wanted))):
+        os.close(fd)
+    config["result_fd"] = 3
+    return 3 + len(wanted)
 
 
 def _inside_drop_privileges(config, call):
@@ -348,6 +367,7 @@ def _inside_weak():
 
     config = json.loads(sys.stdin.buffer.read())
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    _inside_place_fds(config)
     _inside_limits(config)
     with contextlib.suppress(OSError):  # not root: the audit hook alone refuses sockets
         _inside_libc()("unshare", _Linux.CLONE_NEWNET)

@@ -1,5 +1,6 @@
-"""The `code` scorer: the reply's program, then the task's tests, run as one script in the sandbox;
-it passes when the script ends without an exception."""
+"""The `code` scorer: the reply's program and the task's tests, each in a sandbox of its own; it passes
+when the tests run to their end without an exception (the tricks that try otherwise:
+test_code_tricks.py)."""
 
 import asyncio
 import json
@@ -112,8 +113,8 @@ os._exit(0)
 
 @pytest.mark.parametrize("weak", [False, True], ids=["kernel", "weak"])
 def test_a_program_that_writes_its_own_pass_and_exits_fails(weak):
-    # The verdict comes through the sandbox's channel, with the run's nonce, only once the tests
-    # have run: a result.json in the working directory is nobody's verdict.
+    # The verdict is the tests' sandbox's, through its channel: a result.json in the program's
+    # working directory is nobody's verdict, and the program ended before the tests could call it.
     result = scored(FORGED, weak=weak)
     assert (result.success, result.score, result.reason) == (
-        False, 0.0, "failed the tests: ended without returning a result")
+        False, 0.0, "failed the tests: the program's process ended before the tests ran")
