@@ -1,25 +1,28 @@
 """`python -m harness.bench calibration`: the report's verdicts against an agent whose truth is known.
 
-A synthetic agent: run r of an arm solves task t with probability sigmoid(base + ease_t + q_r + effect),
-where ease_t ~ N(0, 1) is drawn once per task (each seed draws its own tasks; both arms' runs of a seed
-see the same tasks in the same order), q_r ~ N(0, sd) is drawn for every run of every arm (what a run
-learnt early, its luck), and effect is 0 for the baseline and for an A/A candidate. Each experiment
-builds the episodes frame the report reads (the columns of episodes.parquet it uses) and passes it to
-the report's own `paired_comparisons` (harness/report/compare.py, the code that writes
-comparisons.parquet), with arms "baseline" and "candidate", one run per seed 0..n-1:
+A synthetic agent: a run of an arm solves task t with probability sigmoid(base + ease_t + q + effect),
+where ease_t ~ N(0, 1) is drawn once per task of a seed (each seed draws its own task set, which every
+arm, order and repeat of that seed sees), q ~ N(0, sd) once per run of each arm at each seed and order
+(what a run learnt early, its luck), and effect is 0 for the baseline and for an A/A candidate. A design
+adds what users do around it (`Design`): several seeds; repeats of each run, `identical` (copies: greedy
+decoding) or `shared` (the same q, fresh draws: sampling); order seeds (the seed's tasks in other orders,
+each a run with its own q); unequal run lengths (each run stops after 50-100% of its tasks, as a budget
+stops it; episodes pair where both arms ran); several candidates in one report (Holm across them: in A/A
+all are the baseline's equal, in A/B the first has the effect and the others none); a base rate away from
+0.5. Each experiment builds the episodes frame the report reads and passes it to the report's own
+`paired_comparisons` (harness/report/compare.py, the code that writes comparisons.parquet):
 
-- A/A (no effect): how often `resolved` is true, a false positive, with its 95% Clopper-Pearson interval;
-  beside it how often the episode-level McNemar test (`p_episodes`) is under 0.05, the verdict an analysis
-  over episodes would give;
-- A/B (a known effect): how often `resolved` is true with a positive difference, the power, beside the
-  power the planning line promises (`power_at`) at the true difference: from the experiments' own
-  variance splits, averaged, as a researcher's pilots would give it, and from the true split;
-- the baseline arm's success interval (`group_interval`, over its runs): how often it holds the known
+- A/A: how often any row is `resolved` (a false positive of the report), with its 95% Clopper-Pearson
+  interval; beside it how often the first row's episode-level McNemar test (`p_episodes`) is under 0.05;
+- A/B: how often the first row is resolved with a positive difference, the power, beside the power the
+  report's plan promises for that verdict (`decision_power`) at the true difference and the true spread of
+  a seed's difference (this design's, from 10,000 simulated seeds);
+- the baseline arm's success interval (`group_interval`, over its seeds): how often it holds the known
   population rate, E[sigmoid(base + ease + q)].
 
-The known rates and the true variance split are Gauss-Hermite quadratures, not Monte Carlo. Numpy, polars
-and scipy only; rows run in parallel processes (`--jobs`), each seeded by (--seed, runs, sd), so a row
-gives the same figures whichever other rows run beside it.
+Numpy, polars and scipy only; rows run in parallel processes (`--jobs`), each seeded by (--seed, its
+design), so a row gives the same figures whichever other rows run beside it. `--out DIR` writes the table
+as DIR/calibration.parquet.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -42,25 +45,60 @@ import polars as pl
 
 from harness.bench.common import table
 from harness.report.compare import paired_comparisons
-from harness.report.stats import (
-    VarianceSplit,
-    group_interval,
-    power_at,
-    runs_to_reach,
-    variance_split,
-)
+from harness.report.stats import decision_power, group_interval, units_to_reach
 
 ALPHA = 0.05
 PLANNED_POWER = 0.8
 LARGEST_EFFECT = 8.0
 """The largest logit effect the automatic effect is looked for under."""
+TRUTH_SEEDS = 10_000
+"""Seeds simulated for the true spread of a seed's difference."""
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow
 
 
-# ----- the known truth -----
+# ----- the design and the known truth -----
+
+@dataclass(frozen=True)
+class Design:
+    """What one row of the table runs: the agent's truth and what users do around it."""
+
+    seeds: int
+    sd: float
+    tasks: int = 50
+    repeats: int = 1
+    repeat_kind: str = "identical"
+    """`identical` repeats are copies of the run (greedy decoding); `shared` ones redraw each task's
+    outcome with the run's own q (sampling)."""
+    orders: int = 1
+    unequal: bool = False
+    rows: int = 1
+    """Candidates compared in one report: Holm across them."""
+    base: float = 0.0
+
+    @property
+    def label(self) -> str:
+        parts = [f"{self.repeats} {self.repeat_kind} repeats" if self.repeats > 1 else "",
+                 f"{self.orders} orders" if self.orders > 1 else "",
+                 "unequal lengths" if self.unequal else "",
+                 f"{self.rows} rows (Holm)" if self.rows > 1 else "",
+                 f"base {self.base:+g}" if self.base else ""]
+        return ", ".join(p for p in parts if p) or "one run per seed"
+
+
+DESIGNS = {
+    "repeats-shared": Design(6, 1.0, repeats=2, repeat_kind="shared"),
+    "repeats-identical": Design(6, 1.0, repeats=2),
+    "few-seeds-identical": Design(3, 1.0, repeats=4),
+    "orders": Design(8, 1.0, orders=2),
+    "unequal": Design(8, 1.0, unequal=True),
+    "holm": Design(10, 1.0, rows=3),
+    "low-base": Design(8, 1.0, base=-1.5),
+}
+"""The designs the bench runs beside its grid of seeds x sd, by name (`--designs`)."""
+
 
 @functools.cache
 def _normal_nodes(points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,166 +114,154 @@ def population_rate(sd: float, effect: float = 0.0, base: float = 0.0) -> float:
     return float(weights @ sigmoid(base + effect + math.sqrt(1 + sd**2) * nodes))
 
 
-def true_split(sd: float, effect: float, tasks: int, base: float = 0.0, points: int = 48) -> VarianceSplit:
-    """The variance split of the per-episode differences (candidate - baseline) of a pair of runs that share
-    their tasks, as the report's `variance_split` estimates it: `between`, the variance over the two runs' q
-    of their expected difference; `within`, the expected variance of one episode's difference around its
-    run's mean. between + within / tasks is exactly the variance of a pair of runs' mean difference."""
-    nodes, weights = _normal_nodes(points)
-    ease = nodes[:, None]
-    reference = sigmoid(base + ease + sd * nodes[None, :])  # [ease, q of the baseline's run]
-    candidate = sigmoid(base + effect + ease + sd * nodes[None, :])  # [ease, q of the candidate's run]
-    mean_ref, mean_cand = weights @ reference, weights @ candidate  # over the tasks, per q
-    between = float(weights @ mean_ref**2 - (weights @ mean_ref) ** 2
-                    + weights @ mean_cand**2 - (weights @ mean_cand) ** 2)
-    # E over ease of (candidate - reference)^2, per (q_ref, q_cand), less its square mean: Var over tasks
-    squares = (weights @ reference**2)[:, None] + (weights @ candidate**2)[None, :] \
-        - 2 * (reference * weights[:, None]).T @ candidate
-    over_tasks = squares - (mean_cand[None, :] - mean_ref[:, None]) ** 2
-    bernoulli = weights @ (reference * (1 - reference) + candidate * (1 - candidate)) @ weights
-    within = float(weights @ over_tasks @ weights + bernoulli)
-    return VarianceSplit(between, within, float(tasks), 0)
-
-
 def true_difference(sd: float, effect: float, base: float = 0.0) -> float:
     return population_rate(sd, effect, base) - population_rate(sd, 0.0, base)
 
 
-def planned_power(runs: int, sd: float, effect: float, tasks: int, base: float = 0.0) -> float:
-    """The planning line's power at the true difference and the true variance split."""
-    split = true_split(sd, effect, tasks, base)
-    return power_at(runs, true_difference(sd, effect, base), split, tasks, ALPHA)
+def draw(rng: np.random.Generator, design: Design, effects: list[float],
+         seeds: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One experiment's outcomes of the arms (the baseline, then a candidate per effect) over `seeds` seeds
+    (the design's by default): success and attempted, shaped (arm, seed, order, repeat, position), and
+    each (seed, order, position)'s task index within its seed."""
+    seeds = design.seeds if seeds is None else seeds
+    arms, shape = 1 + len(effects), (seeds, design.orders)
+    ease = rng.normal(0.0, 1.0, size=(seeds, design.tasks))  # one task set per seed, shared by all
+    order = np.argsort(rng.random((*shape, design.tasks)), axis=2)
+    order[:, 0] = np.arange(design.tasks)  # order seed 0 keeps the task set's own order
+    seen = np.take_along_axis(ease[:, None, :], order, axis=2)  # (seed, order, position)
+    quality = rng.normal(0.0, design.sd, size=(arms, *shape, 1, 1))
+    logit = design.base + np.array([0.0, *effects])[:, None, None, None, None] + seen[None, :, :, None, :]
+    chance = sigmoid(logit + quality)
+    drawn = design.repeats if design.repeat_kind == "shared" else 1
+    success = rng.random((arms, *shape, drawn, design.tasks)) < chance
+    success = np.broadcast_to(success, (arms, *shape, design.repeats, design.tasks))
+    if design.unequal:  # a copy stops where its run stopped; a redrawn repeat where its budget ends
+        lengths = rng.integers(design.tasks // 2, design.tasks + 1, size=(arms, *shape, drawn, 1))
+        attempted = np.arange(design.tasks) < np.broadcast_to(lengths, (arms, *shape, design.repeats, 1))
+    else:
+        attempted = np.ones_like(success)
+    return success, attempted, order
 
 
-def effect_for_power(runs: int, sd: float, tasks: int, base: float = 0.0,
-                     power: float = PLANNED_POWER) -> float:
-    """The logit effect the planning line (true split) gives `power` at `runs` paired runs, or at the fewest
-    runs whose test can reach 5% where `runs` cannot (there the power observed can only be 0)."""
-    runs = max(runs, runs_to_reach(ALPHA))
+def seed_spread(design: Design, effect: float, seed: int = 0) -> float:
+    """The sd of one seed's pooled difference (candidate - baseline over the episodes both attempted, all
+    its orders and repeats together) under the design: from `TRUTH_SEEDS` simulated seeds, seeded, so the
+    same for every call."""
+    rng = np.random.default_rng([seed, 7919])
+    success, attempted, _ = draw(rng, design, [effect], seeds=TRUTH_SEEDS)
+    both = attempted[0] & attempted[1]
+    difference = (success[1].astype(float) - success[0]) * both
+    per_seed = difference.sum(axis=(1, 2, 3)) / both.sum(axis=(1, 2, 3))
+    return float(per_seed.std(ddof=1))
+
+
+def promised_power(design: Design, effect: float, seed: int = 0) -> float:
+    """The power the report's plan gives its verdict at the true difference and the true spread."""
+    return decision_power(design.seeds, true_difference(design.sd, effect, design.base),
+                          seed_spread(design, effect, seed), ALPHA, design.rows)
+
+
+def effect_for_power(design: Design, power: float = PLANNED_POWER) -> float:
+    """The logit effect the plan gives `power` at the design's seeds, or at the fewest seeds whose test can
+    resolve where the design has fewer (there the power observed can only be 0)."""
+    planned = replace(design, seeds=max(design.seeds, units_to_reach(ALPHA, design.rows)))
     low, high = 0.0, LARGEST_EFFECT
-    if planned_power(runs, sd, high, tasks, base) < power:
+    if promised_power(planned, high) < power:
         return high
-    for _ in range(40):
+    for _ in range(24):
         middle = (low + high) / 2
-        if planned_power(runs, sd, middle, tasks, base) >= power:
+        if promised_power(planned, middle) >= power:
             high = middle
         else:
             low = middle
     return high
 
 
-# ----- the synthetic agent's episodes -----
+# ----- the episodes the report reads -----
 
-@dataclass(frozen=True)
-class Truth:
-    """What the synthetic agent is: its run-level sd, the candidate's logit effect, its base logit."""
-
-    sd: float
-    effect: float = 0.0
-    base: float = 0.0
+def arm_names(rows: int) -> list[str]:
+    return ["baseline", *(["candidate"] if rows == 1 else [f"candidate{i + 1}" for i in range(rows)])]
 
 
-def draw_arms(rng: np.random.Generator, truth: Truth, runs: int, tasks: int) -> dict[str, np.ndarray]:
-    """Successes [run, task] of three arms over the same tasks (seed s = run s): the baseline, an A/A
-    candidate (no effect) and an A/B candidate (the truth's effect), each run with its own q."""
-    ease = rng.normal(0.0, 1.0, size=(runs, tasks))  # one task list per seed, shared by the arms
-    arms = {}
-    for name, effect in (("baseline", 0.0), ("same", 0.0), ("better", truth.effect)):
-        quality = rng.normal(0.0, truth.sd, size=(runs, 1)) if truth.sd > 0 else np.zeros((runs, 1))
-        chance = sigmoid(truth.base + effect + ease + quality)
-        arms[name] = rng.random((runs, tasks)) < chance
-    return arms
-
-
-def layout(runs: int, tasks: int) -> pl.DataFrame:
-    """The columns of an episodes frame of two arms, baseline and candidate, of `runs` runs (seed s, order
-    s) of `tasks` tasks each, all but `success`: the report's grouping, pairing and spend columns."""
-    per_arm = runs * tasks
-    seed = np.repeat(np.arange(runs), tasks)
-    position = np.tile(np.arange(tasks), runs)
-    frame = pl.DataFrame({
-        "variant": ["baseline"] * per_arm + ["candidate"] * per_arm,
-        "seed": np.concatenate([seed, seed]), "stream_position": np.concatenate([position, position])})
+def layout(design: Design) -> pl.DataFrame:
+    """The columns of an episodes frame of the design's arms, all but `success`, `attempted` and
+    `task_id`, in the order of `draw`'s arrays raveled: the report's grouping, pairing and spend columns."""
+    names = arm_names(design.rows)
+    grid = np.indices((len(names), design.seeds, design.orders, design.repeats, design.tasks)).reshape(5, -1)
+    arm, seed, order, repeat, position = grid
+    frame = pl.DataFrame({"variant": np.array(names)[arm], "seed": seed, "order_seed": order,
+                          "repeat": repeat, "stream_position": position})
     return frame.with_columns(
         env=pl.lit("synthetic"), scenario=pl.lit("sequential"), model=pl.lit("known-truth"),
-        order_seed=pl.col("seed"), probe=pl.lit(False), attempted=pl.lit(True),
-        task_id=pl.format("s{}-t{}", "seed", "stream_position"),
-        run_id=pl.format("{}-s{}", "variant", "seed"), total_tokens=pl.lit(100), cost_usd=pl.lit(0.0))
+        probe=pl.lit(False), run_id=pl.format("{}-s{}-o{}-r{}", "variant", "seed", "order_seed", "repeat"),
+        total_tokens=pl.lit(100), cost_usd=pl.lit(0.0))
 
 
-def episodes(frame: pl.DataFrame, baseline: np.ndarray, candidate: np.ndarray) -> pl.DataFrame:
-    """`layout`'s frame with its successes: the baseline's runs, then the candidate's."""
-    return frame.with_columns(success=pl.Series(np.concatenate([baseline.ravel(), candidate.ravel()])))
+def episodes(frame: pl.DataFrame, success: np.ndarray, attempted: np.ndarray,
+             order: np.ndarray) -> pl.DataFrame:
+    """`layout`'s frame with one experiment's outcomes; task ids from each seed's task set and order."""
+    task = np.broadcast_to(order[None, :, :, None, :], success.shape).ravel()
+    return frame.with_columns(success=pl.Series(success.ravel()), attempted=pl.Series(attempted.ravel()),
+                              task_id=pl.format("s{}-t{}", "seed", pl.Series(task)))
 
 
 # ----- one row -----
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the table: its setting, its counts over the experiments, and the planning line's promise."""
+    """One row of the table: its design, its counts over the experiments, and the plan's promise."""
 
-    runs: int
-    sd: float
-    tasks: int
+    design: Design
     experiments: int
     effect: float
     true_difference: float
+    seed_sd: float
     aa_resolved: int
+    """A/A experiments in which any row was resolved."""
     aa_episodes: int
-    """A/A experiments whose episode-level McNemar p (`p_episodes`) was under 0.05."""
+    """A/A experiments whose first row's episode-level McNemar p (`p_episodes`) was under 0.05."""
     ab_resolved: int
-    """A/B experiments resolved with a positive difference."""
-    promised_pilot: float
-    promised_true: float
+    """A/B experiments whose first row was resolved with a positive difference."""
+    promised: float
     covered: int
-    coverage_runs: int
-    """Experiments whose baseline interval is over its runs (all, from 2 runs)."""
+    coverage_seeds: int
+    """Experiments whose baseline interval is over its seeds (all, from 2 seeds)."""
     seconds: float
-    """The experiments' time (the truth's quadratures left out)."""
+    """The experiments' time (the truth's simulation left out)."""
 
 
-def calibrate(runs: int, sd: float, experiments: int, tasks: int = 50, seed: int = 0,
-              effect: float | None = None, base: float = 0.0) -> Row:
-    """One row: `experiments` A/A and A/B experiments of `runs` paired runs of `tasks` tasks at run-level
-    sd `sd`, through the report's `paired_comparisons`; the A/B effect is `effect` (logit) or, when None,
-    the one the planning line gives 80% power (`effect_for_power`)."""
-    effect = effect_for_power(runs, sd, tasks, base) if effect is None else effect
-    truth = Truth(sd, effect, base)
-    rng = np.random.default_rng([seed, runs, round(sd * 1000), tasks])
-    frame = layout(runs, tasks)
-    rate = population_rate(sd, 0.0, base)
-    run_ids = np.repeat(np.arange(runs), tasks)
-    aa_resolved = aa_episodes = ab_resolved = covered = coverage_runs = 0
-    betweens, withins = [], []
+def calibrate(design: Design, experiments: int, seed: int = 0, effect: float | None = None) -> Row:
+    """One row: `experiments` A/A and A/B experiments of the design through the report's
+    `paired_comparisons`; the A/B effect is `effect` (logit) or, when None, the one the plan gives 80%
+    power (`effect_for_power`)."""
+    effect = effect_for_power(design) if effect is None else effect
+    rng = np.random.default_rng([seed, *hashlib.sha256(repr(design).encode()).digest()[:8]])
+    frame = layout(design)
+    rate = population_rate(design.sd, 0.0, design.base)
+    nulls = [0.0] * (design.rows - 1)
+    aa_resolved = aa_episodes = ab_resolved = covered = coverage_seeds = 0
     started = time.perf_counter()
     for _ in range(experiments):
-        arms = draw_arms(rng, truth, runs, tasks)
-        same = paired_comparisons(episodes(frame, arms["baseline"], arms["same"]), ["variant"]).table.row(
-            0, named=True)
-        aa_resolved += bool(same["resolved"])
-        aa_episodes += same["p_episodes"] < ALPHA
-        better = paired_comparisons(episodes(frame, arms["baseline"], arms["better"]), ["variant"]).table.row(
-            0, named=True)
+        same = paired_comparisons(episodes(frame, *draw(rng, design, [0.0, *nulls])), ["variant"],
+                                  plan=False).table
+        aa_resolved += bool(same["resolved"].any())
+        aa_episodes += same["p_episodes"][0] < ALPHA
+        success, attempted, order = draw(rng, design, [effect, *nulls])
+        better = paired_comparisons(episodes(frame, success, attempted, order), ["variant"],
+                                    plan=False).table.row(0, named=True)
         ab_resolved += bool(better["resolved"]) and better["difference"] > 0
-        split = variance_split((arms["better"].astype(float) - arms["baseline"]).ravel(), run_ids)
-        if split is not None:
-            betweens.append(split.between)
-            withins.append(split.within)
-        counted, low, high, _ = group_interval(arms["baseline"].ravel().astype(float), run_ids)
-        if counted >= 2:  # an interval over runs, not over one run's tasks
-            coverage_runs += 1
+        mine = attempted[0].ravel()
+        seeds = np.repeat(np.arange(design.seeds), mine.size // design.seeds)[mine]
+        counted, low, high, _ = group_interval(success[0].ravel()[mine].astype(float), seeds)
+        if counted >= 2:  # an interval over seeds, not over one seed's episodes
+            coverage_seeds += 1
             covered += low <= rate <= high
     seconds = time.perf_counter() - started
-    difference = true_difference(sd, effect, base)
-    pilot = None  # the pilots' splits, averaged
-    if withins:
-        pilot = VarianceSplit(float(np.mean(betweens)), float(np.mean(withins)), tasks, runs)
-    return Row(runs=runs, sd=sd, tasks=tasks, experiments=experiments, effect=effect,
-               true_difference=difference, aa_resolved=aa_resolved, aa_episodes=aa_episodes,
-               ab_resolved=ab_resolved,
-               promised_pilot=power_at(runs, difference, pilot, tasks, ALPHA) if pilot else float("nan"),
-               promised_true=planned_power(runs, sd, effect, tasks, base), covered=covered,
-               coverage_runs=coverage_runs, seconds=seconds)
+    return Row(design=design, experiments=experiments, effect=effect,
+               true_difference=true_difference(design.sd, effect, design.base),
+               seed_sd=seed_spread(design, effect, seed), aa_resolved=aa_resolved, aa_episodes=aa_episodes,
+               ab_resolved=ab_resolved, promised=promised_power(design, effect, seed), covered=covered,
+               coverage_seeds=coverage_seeds, seconds=seconds)
 
 
 def proportion(successes: int, trials: int) -> tuple[float, float, float]:
@@ -248,36 +274,54 @@ def proportion(successes: int, trials: int) -> tuple[float, float, float]:
     return successes / trials, float(interval.low), float(interval.high)
 
 
-def _rate(successes: int, trials: int) -> str:
-    rate, low, high = proportion(successes, trials)
-    return f"{rate:.3f} [{low:.3f}, {high:.3f}]" if trials else ""
+def record(row: Row) -> dict[str, Any]:
+    """One row of calibration.parquet: the design, the rates with their intervals, the promise, and whether
+    the row holds (its false-positive interval reaching down to 5% or below, the promise inside the power's
+    interval)."""
+    fp, fp_low, fp_high = proportion(row.aa_resolved, row.experiments)
+    power, power_low, power_high = proportion(row.ab_resolved, row.experiments)
+    coverage, coverage_low, coverage_high = proportion(row.covered, row.coverage_seeds)
+    design = asdict(row.design)
+    return {"design": row.design.label, **design, "experiments": row.experiments, "effect": row.effect,
+            "true_difference": row.true_difference, "seed_sd": row.seed_sd,
+            "false_positive_rate": fp, "false_positive_low": fp_low, "false_positive_high": fp_high,
+            "episode_false_positive_rate": row.aa_episodes / row.experiments,
+            "power": power, "power_low": power_low, "power_high": power_high, "promised": row.promised,
+            "coverage": coverage, "coverage_low": coverage_low, "coverage_high": coverage_high,
+            "holds": bool(fp_low <= ALPHA and power_low - 1e-9 <= row.promised <= power_high + 1e-9),
+            "seconds": row.seconds}
 
 
-def cells(rows: list[Row]) -> list[dict[str, str]]:
-    """One table row per row: the A/A false-positive rate of `resolved` and of the episode-level McNemar
-    test, the A/B power against the planning line's promise, and the coverage of the baseline's interval."""
-    return [{"runs": str(row.runs), "sd": f"{row.sd:g}", "experiments": str(row.experiments),
-             "A/A resolved [95% CI]": _rate(row.aa_resolved, row.experiments),
-             "A/A p_episodes < 0.05": f"{row.aa_episodes / row.experiments:.3f}",
-             "A/B effect, logit (true difference)": f"{row.effect:+.2f} ({row.true_difference:+.3f})",
-             "power observed [95% CI]": _rate(row.ab_resolved, row.experiments),
-             "promised: pilot split": f"{row.promised_pilot:.3f}",
-             "promised: true split": f"{row.promised_true:.3f}",
-             "coverage [95% CI]": _rate(row.covered, row.coverage_runs)} for row in rows]
+def _rate(value: float, low: float, high: float) -> str:
+    return "" if math.isnan(value) else f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def cells(records: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The printed table: one line per row."""
+    return [{"design": r["design"], "seeds": str(r["seeds"]), "sd": f"{r['sd']:g}",
+             "experiments": str(r["experiments"]),
+             "A/A resolved [95% CI]": _rate(r["false_positive_rate"], r["false_positive_low"],
+                                            r["false_positive_high"]),
+             "A/A p_episodes < 0.05": f"{r['episode_false_positive_rate']:.3f}",
+             "A/B effect, logit (true difference)": f"{r['effect']:+.2f} ({r['true_difference']:+.3f})",
+             "power observed [95% CI]": _rate(r["power"], r["power_low"], r["power_high"]),
+             "promised": f"{r['promised']:.3f}",
+             "coverage [95% CI]": _rate(r["coverage"], r["coverage_low"], r["coverage_high"]),
+             "holds": "yes" if r["holds"] else "NO"} for r in records]
 
 
 # ----- the command -----
 
 NOTE = """
-(A/A: both arms the same agent. resolved: the report's verdict, the exact sign-flip test over runs
- (p_holm < {alpha}) with the t interval over runs excluding 0; p_episodes < 0.05: the exact McNemar test
- over episode pairs. A/B: the candidate's logit effect: unless --effect, per row the one the planning line
- gives {power:.0%} power at the true split (where a row has fewer than {fewest} runs, which no sign-flip
- test can resolve, the one planned at {fewest}); power observed: resolved with a positive difference.
- promised: power_at(runs, true difference, split, tasks) with the split averaged over the experiments'
- variance_split of the per-episode differences (pilot) or the known model's (true). coverage: the
- baseline arm's group_interval (over its runs) holding the population rate E[sigmoid(base + ease + q)].
- Intervals: 95% Clopper-Pearson over the experiments)"""
+(A/A: every arm the same agent; resolved: any row of the report resolved (p_holm < {alpha} and the t
+ interval over seeds excluding 0); p_episodes < 0.05: the first row's McNemar test over episode pairs.
+ A/B: the first candidate's logit effect, unless --effect the one the plan gives {power:.0%} power (at
+ {fewest} seeds where a row has fewer, which no sign-flip test can resolve); power observed: the first row
+ resolved with a positive difference. promised: decision_power(seeds, true difference, true sd of a seed's
+ difference, rows). coverage: the baseline arm's group_interval (over its seeds) holding the population
+ rate. holds: the false-positive interval reaches {alpha} or below and the promise lies inside the power's
+ interval. Intervals: 95% Clopper-Pearson over the experiments)"""
+
 
 def parser() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(prog="python -m harness.bench calibration", description=" ".join(
@@ -285,48 +329,60 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--experiments", type=int, default=400,
                          help="A/A and A/B experiments per row (default: 400)")
     options.add_argument("--tasks", type=int, default=50, help="tasks per run (default: 50)")
-    options.add_argument("--runs", type=int, nargs="+", default=[3, 5, 10, 30],
-                         help="paired runs per experiment, one row each (default: 3 5 10 30)")
-    options.add_argument("--sd", type=float, nargs="+", default=[0.0, 0.5, 1.0],
-                         help="run-level sd on the logit scale, one row each (default: 0 0.5 1.0)")
+    options.add_argument("--seeds", type=int, nargs="+", default=[6, 7, 8, 10, 30],
+                         help="paired seeds per experiment, one run each, a row per seeds x sd (default: "
+                         "6 7 8 10 30)")
+    options.add_argument("--sd", type=float, nargs="+", default=[0.5, 1.0],
+                         help="run-level sd on the logit scale (default: 0.5 1.0)")
+    options.add_argument("--designs", nargs="*", default=list(DESIGNS), choices=list(DESIGNS),
+                         help="designs run beside that grid (default: all: " + ", ".join(DESIGNS) + ")")
     options.add_argument("--effect", type=float, default=None,
-                         help="the A/B logit effect of every row (default: per row, the one the planning "
-                         "line gives 80%% power at its runs, or at 6 runs below 6)")
-    options.add_argument("--seed", type=int, default=0,
-                         help="seeds every row with its runs and sd (default: 0)")
+                         help="the A/B logit effect of every row (default: per row, the one the plan gives "
+                         "80%% power)")
+    options.add_argument("--seed", type=int, default=0, help="seeds every row with its design (default: 0)")
     options.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                          help="rows computed at once, one process each (default: the CPU count)")
+    options.add_argument("--out", type=Path, default=None,
+                         help="a directory to write calibration.parquet into")
     return options
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     started = time.perf_counter()
-    settings = [(runs, sd) for runs in args.runs for sd in args.sd]
-    calls = [(runs, sd, args.experiments, args.tasks, args.seed, args.effect) for runs, sd in settings]
+    designs = [Design(seeds, sd, tasks=args.tasks) for seeds in args.seeds for sd in args.sd]
+    designs += [replace(DESIGNS[name], tasks=args.tasks) for name in args.designs]
+    calls = [(design, args.experiments, args.seed, args.effect) for design in designs]
     if args.jobs > 1 and len(calls) > 1:
-        largest_first = sorted(calls, key=lambda call: -call[0])
+        largest_first = sorted(calls, key=lambda call: -call[0].seeds * call[0].repeats * call[0].orders)
         with ProcessPoolExecutor(min(args.jobs, len(calls)), mp_context=get_context("spawn")) as pool:
             done = dict(zip(largest_first, pool.map(_calibrate, largest_first), strict=True))
         rows = [done[call] for call in calls]
     else:
         rows = [_calibrate(call) for call in calls]
+    records = [record(row) for row in rows]
     print(f"\n## Calibration of the report's verdicts: {args.experiments} A/A and A/B experiments per row, "
           f"{args.tasks} tasks per run\n")
-    print(table(cells(rows)))
-    print(NOTE.format(alpha=ALPHA, power=PLANNED_POWER, fewest=runs_to_reach(ALPHA)))
+    print(table(cells(records)))
+    print(NOTE.format(alpha=ALPHA, power=PLANNED_POWER, fewest=units_to_reach(ALPHA)))
+    failing = [r["design"] + f" at {r['seeds']} seeds, sd {r['sd']:g}" for r in records if not r["holds"]]
+    print("\nevery row holds" if not failing else f"\nrows that do not hold: {'; '.join(failing)}")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame(records).write_parquet(args.out / "calibration.parquet")
+        print(f"table: {args.out / 'calibration.parquet'}")
     slowest = max(rows, key=lambda row: row.seconds)
-    print(f"\nslowest row: {slowest.runs} runs, sd {slowest.sd:g}: {slowest.seconds:.0f} s "
-          f"({slowest.seconds / slowest.experiments * 1000:.0f} ms per experiment of an A/A and an A/B "
-          f"comparison)")
+    print(f"slowest row: {slowest.design.label} at {slowest.design.seeds} seeds, sd {slowest.design.sd:g}: "
+          f"{slowest.seconds:.0f} s ({slowest.seconds / slowest.experiments * 1000:.0f} ms per experiment of "
+          "an A/A and an A/B comparison)")
     processes = min(args.jobs, len(calls))
     print(f"bench took {time.perf_counter() - started:.0f} s ({processes} "
           f"process{'es' if processes > 1 else ''})")
 
 
-def _calibrate(call: tuple[int, float, int, int, int, float | None]) -> Row:
-    runs, sd, experiments, tasks, seed, effect = call
-    return calibrate(runs, sd, experiments, tasks, seed, effect)
+def _calibrate(call: tuple[Design, int, int, float | None]) -> Row:
+    design, experiments, seed, effect = call
+    return calibrate(design, experiments, seed, effect)
 
 
 class KnownTruthAgent:

@@ -1,7 +1,8 @@
-"""The calibration bench: a synthetic agent with a known truth, whose A/A experiments through the report's
-own `paired_comparisons` show the verdict over runs holding its 5% where a verdict over episodes does not."""
+"""The calibration bench: a synthetic agent with a known truth, whose experiments through the report's own
+`paired_comparisons` show the verdict over seeds holding its 5%, and its plan promising the power it has."""
 
 import numpy as np
+import polars as pl
 import pytest
 
 from harness.bench import calibration
@@ -9,46 +10,67 @@ from harness.bench.cli import main as bench_main
 from harness.report.compare import paired_comparisons
 
 
-def test_the_known_rates_and_variance_split_match_a_simulation_of_the_agent():
-    rng = np.random.default_rng(4)
-    truth = calibration.Truth(sd=1.0, effect=0.8)
-    arms = calibration.draw_arms(rng, truth, runs=50_000, tasks=20)
-    difference = arms["better"].mean(axis=1) - arms["baseline"].mean(axis=1)  # per pair of runs
-    split = calibration.true_split(1.0, 0.8, tasks=20)
-    # within 5 standard errors (about 0.001 for the rate, 0.0013 for the difference, 1% for its variance)
-    assert arms["baseline"].mean() == pytest.approx(calibration.population_rate(1.0), abs=0.005)
-    assert difference.mean() == pytest.approx(calibration.true_difference(1.0, 0.8), abs=0.0065)
-    assert difference.var() == pytest.approx(split.run_variance(20), rel=0.05)
+def test_the_known_rates_match_a_simulation_of_the_agent():
+    design = calibration.Design(seeds=20_000, sd=1.0, tasks=20)
+    success, attempted, _ = calibration.draw(np.random.default_rng(4), design, [0.8])
+    assert attempted.all()
+    difference = success[1].mean(axis=(1, 2, 3)) - success[0].mean(axis=(1, 2, 3))  # per seed
+    # within 5 standard errors (about 0.0016 for the rate, 0.002 for the difference)
+    assert success[0].mean() == pytest.approx(calibration.population_rate(1.0), abs=0.008)
+    assert difference.mean() == pytest.approx(calibration.true_difference(1.0, 0.8), abs=0.01)
+    assert difference.std() == pytest.approx(calibration.seed_spread(design, 0.8), rel=0.05)
 
 
-def test_the_arms_of_a_seed_see_the_same_tasks_and_pair_run_by_run():
-    arms = calibration.draw_arms(np.random.default_rng(0), calibration.Truth(sd=0.5), runs=4, tasks=7)
-    frame = calibration.episodes(calibration.layout(4, 7), arms["baseline"], arms["same"])
-    assert frame.height == 2 * 4 * 7 and frame["run_id"].n_unique() == 8
-    row = paired_comparisons(frame, ["variant"]).table.row(0, named=True)
-    assert (row["group"], row["reference"], row["runs"], row["pairs"]) == ("candidate", "baseline", 4, 28)
-    assert row["rate"] == pytest.approx(arms["same"].mean())
+def test_a_seeds_runs_share_its_tasks_and_identical_repeats_are_copies():
+    design = calibration.Design(seeds=3, sd=1.0, tasks=7, repeats=2, orders=2)
+    success, _, order = calibration.draw(np.random.default_rng(0), design, [0.0])
+    assert (success[:, :, :, 0] == success[:, :, :, 1]).all()  # identical repeats
+    assert (np.sort(order, axis=2) == np.arange(7)).all() and (order[:, 0] == np.arange(7)).all()
+    frame = calibration.episodes(calibration.layout(design), success, np.ones_like(success), order)
+    assert frame.height == 2 * 3 * 2 * 2 * 7 and frame["run_id"].n_unique() == 2 * 3 * 2 * 2
+    row = paired_comparisons(frame, ["variant"], plan=False).table.row(0, named=True)
+    assert (row["runs"], row["seeds"], row["orders"], row["repeats"], row["units"]) == (12, 3, 2, 2, 3)
+    shared = calibration.draw(np.random.default_rng(0), calibration.Design(3, 1.0, tasks=40, repeats=2,
+                                                                         repeat_kind="shared"), [0.0])[0]
+    assert (shared[:, :, :, 0] != shared[:, :, :, 1]).any()
 
 
-def test_a_and_a_resolved_stays_near_5_percent_where_the_episode_level_test_does_not():
-    # 120 A/A experiments of 10 paired runs of 50 tasks with run effects of sd 1.0 on the logit scale: a
-    # rate of 0.15 is 4.7 standard errors above 5%, and 0.25 is 5.5 below the ~0.48 McNemar gives here.
-    row = calibration.calibrate(runs=10, sd=1.0, experiments=120, tasks=50, seed=0)
-    assert row.aa_resolved / row.experiments <= 0.15
-    assert row.aa_episodes / row.experiments >= 0.25
-    # The planned effect is found about as often as planned, and the interval over runs covers the rate.
-    assert row.promised_true == pytest.approx(0.8, abs=1e-6)
-    assert abs(row.ab_resolved / row.experiments - row.promised_true) <= 0.15
-    assert row.covered / row.coverage_runs >= 0.85
+def test_unequal_runs_stop_early_and_pair_where_both_ran():
+    design = calibration.Design(seeds=4, sd=0.5, tasks=20, unequal=True)
+    success, attempted, order = calibration.draw(np.random.default_rng(1), design, [0.0])
+    lengths = attempted.sum(axis=-1)
+    assert lengths.min() >= 10 and lengths.max() <= 20 and len(np.unique(lengths)) > 1
+    row = paired_comparisons(calibration.episodes(calibration.layout(design), success, attempted, order),
+                             ["variant"], plan=False).table.row(0, named=True)
+    assert row["pairs"] == int((attempted[0] & attempted[1]).sum())
 
 
-def test_the_command_prints_its_table_and_how_long_it_took(capsys):
-    bench_main(["calibration", "--experiments", "3", "--runs", "3", "6", "--sd", "0", "--tasks", "10",
-                "--jobs", "1"])
+def test_the_promise_is_the_power_observed_and_identical_agents_hold_five_percent():
+    # 6 seeds of 2 identical repeats with run effects of sd 1.0: 200 experiments put a false-positive rate
+    # of 5% within [0.02, 0.09] and the power within 0.09 of its promise (3 standard errors).
+    row = calibration.calibrate(calibration.Design(6, 1.0, tasks=30, repeats=2), experiments=200)
+    assert row.promised == pytest.approx(0.8, abs=1e-6)
+    assert row.aa_resolved / row.experiments <= 0.09
+    assert abs(row.ab_resolved / row.experiments - row.promised) <= 0.09
+    assert row.covered / row.coverage_seeds >= 0.88
+
+
+def test_few_seeds_with_copied_repeats_never_resolve():
+    row = calibration.calibrate(calibration.DESIGNS["few-seeds-identical"], experiments=40)
+    assert (row.aa_resolved, row.ab_resolved, row.promised) == (0, 0, 0.0)
+
+
+def test_the_command_prints_its_table_and_writes_it(capsys, tmp_path):
+    bench_main(["calibration", "--experiments", "3", "--seeds", "3", "6", "--sd", "0.5", "--tasks", "10",
+                "--designs", "holm", "--jobs", "1", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith(("| 3 |", "| 6 |"))]
-    assert len(rows) == 2 and "| 3 | 0 | 3 | 0.000 [0.000, 0.708] |" in rows[0]  # 3 runs never resolve
-    assert "bench took" in out
+    rows = [line for line in out.splitlines() if line.startswith("| one run per seed | 3 |")]
+    assert len(rows) == 1 and "| 3 | 0.5 | 3 | 0.000 [0.000, 0.708] |" in rows[0]  # 3 seeds never resolve
+    assert "| 3 rows (Holm) | 10 |" in out and "bench took" in out
+    written = pl.read_parquet(tmp_path / "calibration.parquet")
+    assert written.height == 3
+    assert {"seeds", "repeats", "sd", "false_positive_rate", "false_positive_low", "false_positive_high",
+            "power", "power_low", "power_high", "promised", "coverage", "holds"} <= set(written.columns)
 
 
 def test_the_outside_known_truth_agent_solves_with_its_runs_quality_and_replies_the_code_word():
