@@ -234,3 +234,30 @@ def test_comparisons_parquet_has_the_documented_columns_in_order(sweep, tmp_path
     page = (Path(__file__).resolve().parents[2] / "docs" / "columns.md").read_text()
     documented = page[page.index("## comparisons.parquet"):]
     assert all(f"| `{column}` | {meaning} |" in documented for column, meaning in COMPARISON_COLUMNS.items())
+
+
+@pytest.mark.slow
+def test_identical_agents_with_copied_repeats_never_resolve_through_the_whole_pipeline(tmp_path):
+    """Two arms of one known-truth agent (harness/bench/calibration.py), 3 seeds x 3 repeats: its repeats
+    are copies (its outcomes hang on its arm, seed and question only), so counted as runs they would be 9
+    units. The report counts 3 seeds, cannot resolve, and says how many seeds would."""
+    from harness.bench.calibration import write_tasks
+    from tests.processes import run_cli
+
+    write_tasks(tmp_path / "tasks.jsonl", count=40)
+    sweep = tmp_path / "sweep"
+    result = run_cli("-m", "variant=external", "variant.entry=harness.bench.calibration:KnownTruthAgent",
+                     "variant.options={arm:a,sd:1.0},{arm:b,sd:1.0}", "env=jsonl",
+                     f"env.path={tmp_path / 'tasks.jsonl'}", "seeds=[0,1,2]", "stream.repeats=3",
+                     "stream.num_tasks=20", "model=scripted", "embedder=hashing", "cache.enabled=false",
+                     "progress=false", "ray.include_dashboard=false", f"hydra.sweep.dir={sweep}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert main([str(sweep), "--reference", "external / variant.options.arm=a"]) == 0
+    row = pl.read_parquet(sweep / "comparisons.parquet").row(0, named=True)
+    assert (row["runs"], row["seeds"], row["repeats"], row["units"]) == (9, 3, 3, 3)
+    assert row["noise_floor"] == 0.0 and row["resolved"] is False and row["smallest_p"] >= 0.25
+    report = (sweep / "report.md").read_text()
+    plan = next(line for line in report.splitlines() if line.startswith("- external / variant.options.arm=b"))
+    assert "3 paired seeds cannot reach p < 0.05 whatever they show" in plan
+    # how many would: 60 episodes a seed (20 tasks x 3 copies), however the pilot's difference came out
+    assert "paired seeds of 60 episodes" in plan
