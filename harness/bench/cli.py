@@ -13,6 +13,7 @@ With no measurement named, sections 1 to 7 of the harness's own cost, one table 
   known;
 - `viewer` (harness/bench/viewer_speed.py): the viewer's pages and memory on a synthetic sweep of any
   size.
+- `code` (harness/bench/code_scorer.py): the `code` scorer's time per task on HumanEval-style tests.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.bench import calibration, endpoint_cost, sweep, versus, viewer_speed
+from harness.bench import calibration, code_scorer, endpoint_cost, sweep, versus, viewer_speed
 
 MEASUREMENTS = {"sweep": sweep, "versus": versus, "endpoint": endpoint_cost, "calibration": calibration,
-                "viewer": viewer_speed}
+                "viewer": viewer_speed, "code": code_scorer}
 """Each measurement's name and module; a module's `parser()` gives its flags, `main(argv)` runs it."""
 
 
