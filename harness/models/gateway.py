@@ -43,6 +43,7 @@ from harness.models.direct import PROVIDER as DIRECT_PROVIDER
 from harness.models.direct import DirectChat, ParamMap, may_have_a_price
 from harness.models.direct import as_json as _as_json
 from harness.models.limits import Limits, LocalLimits
+from harness.models.loop_clock import harness_seconds, watch
 from harness.models.minilm import MINILM_PREFIX
 from harness.models.model_client import CallRequest, CallResult, GatewayUnavailable
 from harness.models.param_map import litellm_logs_at
@@ -289,10 +290,11 @@ class Gateway:
         """Never raises: whatever fails, the caller gets a record (with its error). Budgets are the
         caller's (harness.models.model_client): the gateway keeps no per-run state."""
         started_at = utc_now()
+        watch(asyncio.get_running_loop())  # so that a call's own seconds are told from the model's
         key = request.endpoint or self._first_key.get(request.model, "")
         settings = self.endpoints.get(key)
         if settings is None:
-            return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0,
+            return self._result(request, started_at, NO_ANSWER, 0.0, 0.0, 0.0, 0.0, 0,
                                 f"UnknownModel: the gateway serves {sorted(self._first_key)}, not "
                                 f"{request.model!r}", cached=False)
         try:
@@ -300,7 +302,7 @@ class Gateway:
         except GatewayUnavailable:
             raise  # the shared limits are gone: the run stops (and a resume carries on)
         except Exception as error:  # a harness bug after sending: the call may be billed, so record it
-            return self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0,
+            return self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0.0, 0,
                                 f"GatewayError: {one_line(error)}", cached=False)
 
     async def _answer(self, key: str, settings: EndpointSettings, request: CallRequest,
@@ -312,13 +314,16 @@ class Gateway:
         if hit is not None:
             hit = _safe_answer(hit)  # kept by an older harness, or written by hand
             cost = hit.cost_usd if charge_cached else 0.0
-            return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0, None,
-                                cached=True)
+            return self._result(request, started_at, hit, cost, time.perf_counter() - clock, 0.0, 0.0, 0,
+                                None, cached=True)
         queued = time.perf_counter()
         async with self.limits.permit(key, settings.max_concurrency):
-            clock = time.perf_counter()
+            clock, own = time.perf_counter(), harness_seconds()
             response, retries, error, paced_s = await self._send_with_retries(key, settings, request)
-            latency_s = time.perf_counter() - clock - paced_s
+            # The send's wall time, less the pacing (queued_s) and the harness's own seconds in it
+            # (harness/models/loop_clock.py): what is left is the model's.
+            harness_s = harness_seconds() - own
+            latency_s = max(0.0, time.perf_counter() - clock - paced_s - harness_s)
             queued_s = clock - queued + paced_s
         answer = NO_ANSWER
         if response is not None:
@@ -339,8 +344,8 @@ class Gateway:
                                                "cost_usd": self._cost(settings, response, answer)})
             if cache is not None and cache_key is not None and error is None:
                 self._store(cache, cache_key, answer)
-        result = self._result(request, started_at, answer, answer.cost_usd, latency_s, queued_s, retries,
-                              error, cached=False)
+        result = self._result(request, started_at, answer, answer.cost_usd, latency_s, harness_s, queued_s,
+                              retries, error, cached=False)
         return result.model_copy(update={"fatal": error is not None and error.startswith(FATAL_ERRORS)})
 
     def _store(self, cache: ResponseCache, key: str, answer: CachedAnswer) -> None:
@@ -355,7 +360,7 @@ class Gateway:
 
     @staticmethod
     def _result(request: CallRequest, started_at: dt.datetime, answer: CachedAnswer, cost: float | None,
-                latency_s: float, queued_s: float, retries: int, error: str | None,
+                latency_s: float, harness_s: float, queued_s: float, retries: int, error: str | None,
                 cached: bool) -> CallResult:
         record = LLMCall(
             call_id=uuid.uuid4().hex, run_id=request.run_id, episode_id=request.episode_id,
@@ -364,7 +369,7 @@ class Gateway:
             total_tokens=answer.prompt_tokens + answer.completion_tokens,
             cache_read_tokens=answer.cache_read_tokens, cache_write_tokens=answer.cache_write_tokens,
             reasoning_tokens=answer.reasoning_tokens, usage_source=answer.usage_source, cost_usd=cost,
-            latency_s=latency_s, queued_s=queued_s,
+            latency_s=latency_s, harness_s=harness_s, queued_s=queued_s,
             retries=retries, cached=cached, error=error, run_in_flight=request.run_in_flight,
             started_at=started_at)
         return CallResult(text=answer.text, tool_calls=answer.tool_calls, vectors=answer.vectors,

@@ -20,7 +20,7 @@ from harness.tables.costs import add_costs
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
@@ -139,8 +139,15 @@ class LLMCall(Record):
     """Dollar cost from litellm's price map or the configured per-token price; null when unknown. A
     cached answer costs what it first cost with cache.charge=true (the default), else 0."""
     latency_s: float
-    """Working seconds from sending the request to the final answer, retries included (for a cached
-    answer: the cache lookup); waiting on the limits is in queued_s instead."""
+    """The model's seconds: from the request leaving to the reply arriving, retries and their
+    back-off included (for a cached answer: the cache lookup). The harness's own seconds in between
+    are in harness_s, waiting on the limits in queued_s: a zero-latency model stays near 0 on a busy
+    machine."""
+    harness_s: float = 0.0
+    """The harness's own seconds inside the send, apart from the model's: its code preparing the
+    request and reading the reply (litellm's included), and its task ready to run while the worker's
+    event loop ran others or the OS ran other processes (harness/models/loop_clock.py). Wall time of
+    the send = latency_s + harness_s (+ pacing, in queued_s)."""
     queued_s: float
     """Seconds spent waiting on the model's limits: its concurrency cap, its requests per minute,
     and the back-off all its callers share after a rate-limit answer."""

@@ -19,7 +19,8 @@ from tests.processes import QUIET, run_cli
 OPTIONS = [*QUIET, "variant=memory", "model=scripted", "embedder=hashing", "seeds=[0,1]",
            "stream.num_tasks=40", "cache.enabled=false", "output.flush_interval_s=0.2",
            "stream.snapshot_every=10"]
-VARYING = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "queued_s", "memory_id"}
+VARYING = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "harness_s", "queued_s",
+           "memory_id"}
 """Columns that differ between any two runs (ids and clocks)."""
 SKIPPED = {"interrupted_calls"}
 """The calls of the episodes the full disk cut short, which a resume records and an uninterrupted run

@@ -21,8 +21,8 @@ SWEEP = ["-m", "variant=memory", "model=scripted", "embedder=hashing", "stream.n
          "model.scripted.latency_s=0.1", "cache.enabled=false", "output.flush_interval_s=0.2",
          f"seed={','.join(map(str, SEEDS))}",
          *[option for option in QUIET if not option.startswith("ray.num_workers=")], "ray.num_workers=2"]
-VOLATILE = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "queued_s", "run_in_flight",
-            "memory_id"}
+VOLATILE = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "harness_s", "queued_s",
+            "run_in_flight", "memory_id"}
 """Columns that differ between any two runs (ids drawn at random, clocks, in-flight counts)."""
 
 

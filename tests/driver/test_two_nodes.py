@@ -33,8 +33,8 @@ SETTINGS = ["model=scripted", "embedder=hashing", f"stream.num_tasks={NUM_TASKS}
 SWEEP = ["-m", *SETTINGS, f"seed={','.join(map(str, SEEDS))}"]
 # What legitimately differs between the sweep and the one run of the same agent runs: ids drawn at
 # random, clocks, in-flight counts, and which job ran them with which overrides.
-VOLATILE = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "queued_s", "run_in_flight",
-            "overrides", "job"}
+VOLATILE = {"call_id", "started_at", "finished_at", "created_at", "latency_s", "harness_s", "queued_s",
+            "run_in_flight", "overrides", "job"}
 RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
 
 # Run by a driver of its own (this process may hold another Ray): the cluster's live nodes, and

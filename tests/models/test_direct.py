@@ -19,7 +19,7 @@ from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest, CallResult
 from harness.models.wire_server import WireServer
 
-CLOCKS = {"call_id", "started_at", "latency_s", "queued_s"}
+CLOCKS = {"call_id", "started_at", "latency_s", "harness_s", "queued_s"}
 SYSTEM = "You are a careful assistant. " * 12  # long and repeated: the server's prefix cache reads it
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a country up.",
                                            "parameters": {"type": "object",

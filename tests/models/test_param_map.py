@@ -126,7 +126,7 @@ result = asyncio.run(gateway.call(CallRequest(**request)))
 print(json.dumps({"record": result.record.model_dump(mode="json"), "text": result.text,
                   "litellm": "litellm" in sys.modules, "body": server.requests[0]["body"]}))
 """
-CLOCKS = {"call_id", "started_at", "latency_s", "queued_s"}
+CLOCKS = {"call_id", "started_at", "latency_s", "harness_s", "queued_s"}
 
 
 def test_a_lean_call_in_a_process_without_litellm_gives_the_row_litellm_gives():
