@@ -118,3 +118,66 @@ def test_a_program_that_writes_its_own_pass_and_exits_fails(weak):
     result = scored(FORGED, weak=weak)
     assert (result.success, result.score, result.reason) == (
         False, 0.0, "failed the tests: the program's process ended before the tests ran")
+
+
+SHAPES = Task(task_id="shapes", family="code", question="Write area, pair, root.", answer="""
+assert math.isclose(area(2), 12.566, rel_tol=1e-3)
+assert pair(1, 2) == (1, 2) and isinstance(pair(1, 2), tuple)
+assert SIDES == {'a': [1, 2]}
+try:
+    root(-1)
+except ValueError as error:
+    assert str(error) == 'negative'
+else:
+    assert False, 'no ValueError'
+""")
+
+
+def test_plain_scripts_use_the_programs_functions_constants_modules_and_exceptions():
+    """docs/datasets.md: a module the program imported, a constant, a tuple, a builtin exception."""
+    program = """```python
+import math
+
+SIDES = {'a': [1, 2]}
+
+def area(r):
+    return math.pi * r * r
+
+def pair(a, b):
+    return (a, b)
+
+def root(x):
+    if x < 0:
+        raise ValueError('negative')
+    return math.sqrt(x)
+```"""
+    episode = SingleTurnEpisode(SHAPES, scorer({"name": "code", "timeout": 3}))
+    episode.step(program)
+    asyncio.run(episode.settle(EpisodeChecks(llm=None)))  # type: ignore[arg-type]
+    assert episode.score().reason == "passed the tests"
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("from collections import namedtuple\nP = namedtuple('P', 'x y')\n\ndef add(a, b):\n    return P(a, b)",
+     "failed the tests: add(2, 3) returned a P (a subclass of tuple), which cannot cross to the tests (only "
+     "plain values do)"),
+    ("def add(a, b):\n    return (x for x in [a + b])",
+     "failed the tests: add(2, 3) returned a generator, which cannot cross to the tests (only plain values "
+     "do)"),
+    ("class Bad(Exception):\n    pass\n\ndef add(a, b):\n    raise Bad('no')",
+     "failed the tests: RuntimeError: Bad: no"),
+    ("def add(a, b):\n    try:\n        return a + b\n    finally:\n        import os\n        os._exit(0)",
+     "failed the tests: the program's process ended during add(2, 3)"),
+])
+def test_a_test_that_needs_the_programs_objects_fails_saying_why(reply, reason):
+    assert scored(reply).reason == reason
+
+
+def test_a_function_the_tests_pass_to_the_program_does_not_cross():
+    apply = ADD.model_copy(update={"answer": "assert add(lambda: 1, 2) == 3"})
+    episode = SingleTurnEpisode(apply, scorer({"name": "code", "timeout": 3}))
+    episode.step("def add(a, b):\n    return a() + b")
+    asyncio.run(episode.settle(EpisodeChecks(llm=None)))  # type: ignore[arg-type]
+    reason = episode.score().reason
+    assert reason.startswith("failed the tests: the tests passed add(<function <lambda> at 0x")
+    assert reason.endswith(", 2) a value that cannot cross to the program: a function (code)")
