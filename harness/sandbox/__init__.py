@@ -38,6 +38,11 @@ is visible or reachable; CPU, memory, disk, descriptors and processes are bounde
 the run. Not guaranteed: safety from kernel bugs (the seccomp filter narrows that surface, on x86-64
 only); timing side channels; the tool's answer, which is whatever the code returns.
 
+Two sandboxes can be linked: `Sandbox.start(code, argument, link=(read_fd, write_fd))` gives the
+tool two descriptors of ours as 4 and 5 (the ends of pipes to another sandbox) and returns at once.
+apart.py runs the `code` scorer's program and its tests so, in two sandboxes that only plain values
+cross between (crossing.py, shipped as text like inside.py), the verdict the tests sandbox's.
+
 Weak isolation (`weak=True`, `isolation="weak"`) is the old plain subprocess with rlimits, a network
 namespace when allowed and the audit hook. It stops honest mistakes, not an adversary: it must be
 asked for (`variant.sandbox.weak=true`); without it, `Sandbox()` refuses to run where kernel

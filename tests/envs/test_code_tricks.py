@@ -111,6 +111,8 @@ TRICKS = {
     "patched_abs": ("import builtins\nbuiltins.abs = lambda x: 0\n\ndef add(a, b):\n    return 5\n",
                     "failed the tests: AssertionError"),
     "fake_module": (FAKE_MATH, "failed the tests: AssertionError"),
+    "shadowed_abs": ("def abs(x):\n    return 0\n\ndef add(a, b):\n    return 5\n",
+                     "failed the tests: AssertionError"),  # a builtin the tests use is never the program's
     "frames_and_forged_verdict": (FRAMES, "failed the tests: the program's process ended during add(2, 3)"),
     "every_channel": (EVERY_CHANNEL, "failed the tests: AssertionError"),  # add(2, 3) said "passed"
     "prints_the_verdict": ("print('passed')\nprint('passed the tests')\n\ndef add(a, b):\n    return 0\n",
@@ -125,9 +127,10 @@ TRICKS = {
     "swallowed_exit": ("import sys\n\ndef add(a, b):\n    try:\n        sys.exit(0)\n    finally:\n"
                        "        return None\n", "failed the tests: AssertionError"),
 }
-"""Each reply's program and the verdict's reason: the honest and the wrong solution, the three tricks
-that passed before the tests ran apart (issue 50), and more: ending the process, printing a verdict,
-redefining the tests' own function."""
+"""Each reply's program and the verdict's reason: the honest and the wrong solution, the tricks that
+passed while program and tests were one script (always-equal, a patched or shadowed `abs`, a fake
+module, the frame walk), and more: subclasses, `__class__`, ending the process, writing every
+descriptor, printing a verdict, redefining the tests' own function."""
 
 
 def _rows(tmp_path) -> str:

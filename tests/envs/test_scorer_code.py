@@ -181,3 +181,17 @@ def test_a_function_the_tests_pass_to_the_program_does_not_cross():
     reason = episode.score().reason
     assert reason.startswith("failed the tests: the tests passed add(<function <lambda> at 0x")
     assert reason.endswith(", 2) a value that cannot cross to the program: a function (code)")
+
+
+@pytest.mark.parametrize(("program", "reason"), [
+    ("class W(float):\n    pass\n\ndef add(a, b):\n    return W(5)",
+     "failed the tests: add(2, 3) returned a W "),
+    ("import os\n\ndef add(a, b):\n    os._exit(0)",
+     "failed the tests: the program's process ended during add"),
+], ids=["uncrossable", "ended"])
+def test_a_broken_crossing_fails_the_tests_even_where_they_catch_what_it_raised(program, reason):
+    lenient = ADD.model_copy(update={"answer": "try:\n    add(2, 3)\nexcept BaseException:\n    pass\n"})
+    episode = SingleTurnEpisode(lenient, scorer({"name": "code", "timeout": 3}))
+    episode.step(program)
+    asyncio.run(episode.settle(EpisodeChecks(llm=None)))  # type: ignore[arg-type]
+    assert episode.score().reason.startswith(reason)
