@@ -14,6 +14,8 @@ With no measurement named, sections 1 to 7 of the harness's own cost, one table 
 - `viewer` (harness/bench/viewer_speed.py): the viewer's pages and memory on a synthetic sweep of any
   size.
 - `code` (harness/bench/code_scorer.py): the `code` scorer's time per task on HumanEval-style tests.
+- `load` (harness/bench/load.py): commands (the harness's, inspect_ai's on the same HTTP model) timed
+  quiet and beside N busy processes, side by side, with the ratio.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.bench import calibration, code_scorer, endpoint_cost, sweep, versus, viewer_speed
+from harness.bench import calibration, code_scorer, endpoint_cost, load, sweep, versus, viewer_speed
 
 MEASUREMENTS = {"sweep": sweep, "versus": versus, "endpoint": endpoint_cost, "calibration": calibration,
-                "viewer": viewer_speed, "code": code_scorer}
+                "viewer": viewer_speed, "code": code_scorer, "load": load}
 """Each measurement's name and module; a module's `parser()` gives its flags, `main(argv)` runs it."""
 
 
