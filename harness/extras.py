@@ -4,8 +4,8 @@
 viewer, the scripted model, the hashing embedder, any model by API, env=countries, env=jsonl, env=dataset
 (local files and hub ids; `datasets` is light beside the core) and the scorers that need nothing more.
 Each extra below is an `[project.optional-dependencies]` entry of pyproject.toml of the same name, with
-the same distributions (tests/test_extras.py holds the two together); `all` is every one but `inspect`,
-and `dev` is `all` plus the tools of the test suite.
+the same distributions (tests/test_extras.py holds the two together); `all` is every one but `inspect`
+and `train` (no choice needs it yet), and `dev` is `all`, `train` and the tools of the test suite.
 
 A job whose choices need an extra that is not installed stops before anything starts (Ray, a server, a
 worker), in one line naming the extra: `env=textworld needs the textworld extra: pip install
@@ -55,11 +55,15 @@ EXTRAS: dict[str, Extra] = {extra.name: extra for extra in (
     Extra("scienceworld", ("scienceworld",), ("scienceworld",)),  # and Java 17+
     Extra("reasoning-gym", ("reasoning-gym",), ("reasoning_gym",)),
     Extra("math", ("math-verify",), ("math_verify",)),  # the math scorer (env=math500, env=aime)
+    # weight learning (harness/training/): LoRA updates on CPU, the base read from GGUF, adapters as GGUF
+    Extra("train", ("torch", "transformers", "peft", "trl", "gguf"),
+          ("torch", "transformers", "peft", "trl", "gguf")),
     # python -m harness.bench versus: inspect_ai beside the harness
     Extra("inspect", ("inspect-ai",), ("inspect_ai",)),
 )}
-ALL = tuple(name for name in EXTRAS if name != "inspect")
-"""The extras of `harness[all]`: everything the harness itself runs (inspect_ai is the bench's yardstick)."""
+ALL = tuple(name for name in EXTRAS if name not in ("inspect", "train"))
+"""The extras of `harness[all]`: everything the harness itself runs (inspect_ai is the bench's yardstick;
+`train` joins when a choice needs it: a learner variant, issue 53; until then `dev` installs it)."""
 
 PROVIDER_KEYS = {"OPENAI_API_KEY": CORE_MODEL, "ANTHROPIC_API_KEY": "anthropic/claude-3-5-haiku-latest",
                  "GEMINI_API_KEY": "gemini/gemini-2.0-flash"}
