@@ -43,7 +43,7 @@ class PosesAsFloat:
         return float
 
 
-@pytest.mark.parametrize(("value", "said"), [
+REFUSED = [
     (AlwaysEqual(1.0), "a AlwaysEqual (a subclass of float)"),
     (type("S", (str,), {})("x"), "a S (a subclass of str)"),
     ([type("L", (list,), {})()], "a L (a subclass of list)"),
@@ -52,7 +52,10 @@ class PosesAsFloat:
     (lambda: 1, "a function (code)"),
     ((x for x in []), "a generator"),
     (math, "a module"),
-])
+]
+
+
+@pytest.mark.parametrize(("value", "said"), REFUSED, ids=[said for _, said in REFUSED])
 def test_anything_but_a_plain_value_is_refused_by_what_it_is(value, said):
     with pytest.raises(Uncrossable) as refused:
         encode(value)

@@ -103,7 +103,8 @@ def test_a_value_written_anywhere_but_through_the_runner_is_no_result(sandbox, f
 def test_a_tools_value_reaches_the_agent_as_plain_text_never_its_object(sandbox):
     # Issue 50, item 3: what a learnt tool returns is made text in the tool's own process and crosses
     # as a JSON string; an object that claims to equal everything arrives as the str it printed as.
-    code = ("class Sly(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n\n"
+    code = ("class Sly(str):\n    def __eq__(self, other):\n        return True\n"
+            "    __hash__ = str.__hash__\n\n"
             "class Answer:\n    def __str__(self):\n        return Sly('42')\n\n"
             "def tool(q):\n    return Answer()")
     result = sandbox.run(code, "q")
