@@ -393,6 +393,14 @@ class HarnessConfig(_Strict):
     cache: CacheSettings
     progress: bool
 
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _not_until_decided(cls, value: Any) -> Any:
+        if value == "until_decided":  # a sweep's launcher gives each round's seeds (driver/until_decided.py)
+            raise ValueError("until_decided needs a sweep of two or more jobs that differ in one parameter: "
+                             "python -m harness -m variant=baseline,memory seeds=until_decided")
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value: list[int]) -> list[int]:
@@ -405,7 +413,7 @@ class HarnessConfig(_Strict):
         # Hydra's own section may hold values only known inside a running job (its output dir).
         data: dict[str, Any] = {}
         for key in cfg:
-            if key != "hydra":
+            if key not in ("hydra", "sweep"):  # the sweep's own settings, read by its launcher
                 node = cfg[key]
                 is_node = OmegaConf.is_config(node)
                 data[str(key)] = OmegaConf.to_container(node, resolve=True) if is_node else node

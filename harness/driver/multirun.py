@@ -35,7 +35,7 @@ from omegaconf import DictConfig, open_dict
 from harness import extras
 from harness.agent_run.components import models_in_use
 from harness.config import ConfigError, EndpointSettings, HarnessConfig
-from harness.driver import startup
+from harness.driver import startup, until_decided
 from harness.driver.lock import exclusive
 from harness.driver.metrics import metrics_endpoint
 from harness.driver.pool import AgentPool
@@ -43,6 +43,7 @@ from harness.driver.preflight import checks_need_litellm, load_litellm_meanwhile
 from harness.driver.progress import SweepProgress, job_status_line, progress_actor_name, render
 from harness.driver.session import check_alive, resume_hint, start_pool
 from harness.driver.signals import stop_reason
+from harness.driver.until_decided import Rounds
 from harness.errors import exit_with
 from harness.exit_codes import EXPECTED_ERRORS, exit_for
 from harness.tables.summary import format_summary, summarize_dirs
@@ -147,6 +148,8 @@ class Sweep:
 
     def __init__(self, config: DictConfig, hydra_context: HydraContext, task_function: TaskFunction) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        self.sequential = False
+        """Whether the jobs asked for seeds=until_decided (set as they are composed)."""
 
     def _resume_hint(self, sweep_dir: Path) -> str:
         return resume_hint(sweep_dir, sweep=True, overrides=list(self.config.hydra.overrides.task))
@@ -189,6 +192,8 @@ class Sweep:
         composed: list[tuple[DictConfig, HarnessConfig | None]] = []
         while numbered and not any(settings for _, settings in composed):
             composed.append(self._compose(*numbered.pop(0), limits_name))
+        # seeds=until_decided: a bad sweep.until_decided or a sweep of two parameters stops before Ray starts
+        rounds = Rounds.of(composed[0][0], job_overrides, sweep_dir) if self.sequential else None
         first = next((settings for _, settings in composed if settings is not None), None)
         if first is None:  # no job can run: say why (a bad value, a missing extra), as a single run would
             extras.check(HarnessConfig.from_dictconfig(composed[0][0]))
@@ -211,7 +216,10 @@ class Sweep:
                      + (f"; dashboard {pool.dashboard_url}" if pool.dashboard_url else "")
                      + (f"; metrics {metrics}" if metrics else ""))
             configs = [config for config, _ in composed]
-            results = self._run_jobs(configs, pool, sweep_dir, limits_name, stack)
+            if rounds is None:
+                results = self._run_jobs(configs, pool, sweep_dir, limits_name)
+            else:  # seeds=until_decided: round after round on this pool (harness/driver/until_decided.py)
+                results = rounds.run(configs, lambda jobs: self._run_jobs(jobs, pool, sweep_dir, limits_name))
         self._logging_of_the_sweep()
         _print_summary(sweep_dir, [_job_dir(c) for c in configs])
         failed = [r for r in results if r.status == JobStatus.FAILED]
@@ -232,6 +240,9 @@ class Sweep:
         with open_dict(config):
             config.hydra.job.id = config.hydra.job.num = index
             config.ray.limits, config.progress = limits_name, False
+            if until_decided.wanted(config):  # the first round's seeds; later rounds add to them
+                self.sequential = True
+                config.seeds = list(range(config.seed, config.seed + until_decided.settings_of(config).batch))
         log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
         try:
             settings = HarnessConfig.from_dictconfig(config)
@@ -240,13 +251,14 @@ class Sweep:
         except ConfigError:
             return config, None
 
-    def _run_jobs(self, configs: list[DictConfig], pool: AgentPool, sweep_dir: Path, limits_name: str,
-                  stack: contextlib.ExitStack) -> list[JobReturn]:
+    def _run_jobs(self, configs: list[DictConfig], pool: AgentPool, sweep_dir: Path,
+                  limits_name: str) -> list[JobReturn]:
         """The progress view, then every job prepared in turn and started as soon as it is (its
-        first model call need not wait for the last job's preparation), all watched until done."""
+        first model call need not wait for the last job's preparation), all watched until done; the
+        view's actor goes with them (a sequential sweep's next round starts its own)."""
         progress = (ray.remote(num_cpus=0)(SweepProgress).options(name=progress_actor_name(limits_name))
                     .remote())
-        stack.callback(ray.kill, progress)
+        pool.stopping.clear()  # set when the last round's jobs returned
         hint = self._resume_hint(sweep_dir)
         threads = ThreadPoolExecutor(max_workers=len(configs), thread_name_prefix="harness-job")
         futures = []
@@ -270,4 +282,6 @@ class Sweep:
             pool.stopping.set()
             wait(futures, timeout=STOP_WAIT_S)
             threads.shutdown(wait=False, cancel_futures=True)
+            with contextlib.suppress(Exception):  # gone already where Ray went first
+                ray.kill(progress)
         return [future.result() for future in futures]

@@ -48,6 +48,7 @@ from harness.report.compare import (
 )
 from harness.report.html import write_html
 from harness.report.parts import REPORT_GROUPS, Section, markdown, pareto_front, spend_per_episode
+from harness.report.sequential import SEQUENTIAL_STATE
 from harness.report.stats import group_interval
 from harness.tables.costs import known_sum, total_cost
 from harness.tables.reading import read_table, read_tables, run_directories
@@ -300,15 +301,29 @@ def cost_headline(episodes: pl.DataFrame, calls: pl.DataFrame) -> str:
     return said
 
 
-def comparisons_of(episodes: pl.DataFrame, reference: str, unit: str = "seed") -> Comparisons:
-    """Every group against `reference` (harness/report/compare.py): the rows of `comparisons.parquet`."""
-    return paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference, unit=unit)
+def comparisons_of(episodes: pl.DataFrame, reference: str, unit: str = "seed",
+                   sequential: float | None = None) -> Comparisons:
+    """Every group against `reference` (harness/report/compare.py): the rows of `comparisons.parquet`;
+    `sequential`, the alpha of a `seeds=until_decided` sweep (its verdicts are the anytime-valid test's)."""
+    if sequential is None:
+        return paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference, unit=unit)
+    return paired_comparisons(episodes, group_keys(episodes, REPORT_GROUPS), reference, unit=unit,
+                              sequential=True, alpha=sequential)
 
 
 SHOWN_COMPARISON = ("group", "reference", "units", "runs", "tasks_per_run", "reference_rate", "rate",
-                    "difference", "ci_low", "ci_high", "p_value", "p_holm", "resolved", "design_effect",
-                    "noise_floor", "pairs", "gained", "lost", "p_episodes")
+                    "difference", "ci_low", "ci_high", "test", "p_value", "p_holm", "resolved",
+                    "design_effect", "noise_floor", "pairs", "gained", "lost", "p_episodes")
 """The comparison columns report.md shows (comparisons.parquet has them all); `noise_floor` where measured."""
+
+
+def sequential_state(paths: list[Path]) -> dict | None:
+    """What a `seeds=until_decided` sweep among `paths` wrote after its rounds (harness/driver/
+    until_decided.py: its alpha, its reference, each round's verdicts), or None: a fixed sweep."""
+    for path in paths:
+        if (path / SEQUENTIAL_STATE).exists():
+            return json.loads((path / SEQUENTIAL_STATE).read_text())
+    return None
 
 
 def paired_section(episodes: pl.DataFrame, reference: str, comparisons: Comparisons | None = None,
@@ -318,11 +333,17 @@ def paired_section(episodes: pl.DataFrame, reference: str, comparisons: Comparis
     if not comparisons.table.is_empty():
         measured = comparisons.table["noise_floor"].null_count() < comparisons.table.height
         table = comparisons.table.select([c for c in SHOWN_COMPARISON if c != "noise_floor" or measured])
+    sequential = ("**A sweep that added seeds until decided (seeds=until_decided)**: `test` is `sequential`, "
+                  "`ci_low` / `ci_high` are the anytime-valid confidence sequence of the difference and "
+                  "`p_value` its always-valid p-value (harness/report/sequential.py), valid at every round "
+                  "the sweep looked at them; what is said below of the sign-flip test and its numbers of "
+                  "seeds is about a fixed sweep. "
+                  if table is not None and "sequential" in comparisons.table["test"].to_list() else "")
     return Section(
         f"Paired differences against {reference}",
-        "Each group against the reference, the seed as the unit: runs pair on seed, order seed and repeat "
-        "(the same tasks in the same order, checked task by task; runs that differ are listed, never "
-        "paired), and each seed gives one difference in success over its paired episodes. What one run "
+        sequential + "Each group against the reference, the seed as the unit: runs pair on seed, order seed "
+        "and repeat (the same tasks in the same order, checked task by task; runs that differ are listed, "
+        "never paired), and each seed gives one difference in success over its paired episodes. What one run "
         "learnt early shifts all its later tasks, so runs differ by more than their tasks show; and a seed's "
         "order seeds and repeats share its one task set (under greedy decoding a repeat is a copy), so they "
         "sharpen the seed's difference but are not more evidence about the variant (docs/report.md). "
@@ -575,16 +596,22 @@ def render_markdown(summary: str, sections: list[Section]) -> str:
     return "\n".join(lines)
 
 
-def write_report(paths: list[Path], out: Path, reference: str = "baseline", html: bool = True,
+def write_report(paths: list[Path], out: Path, reference: str | None = None, html: bool = True,
                  max_transcripts: int = 1000, unit: str = "seed") -> str:
+    """The report of every run directory below `paths` into `out`; `reference` (None: a sequential sweep's
+    own, else `baseline`) is the group the others are paired against."""
     runs = find_run_dirs(paths)
+    sequential = sequential_state(paths)
+    if reference is None:
+        reference = (sequential or {}).get("reference_group") or "baseline"
     episodes, calls, status = load(runs)
     table = main_table(episodes, unit)
     learning = learning_runs(episodes)
     if learning.is_empty():
         learning = episodes
     views = snapshot_views_table(episodes, unit)
-    comparisons = comparisons_of(episodes, reference, unit)
+    alpha = None if sequential is None else float(sequential["alpha"])
+    comparisons = comparisons_of(episodes, reference, unit, alpha)
     sections = [variants_section(episodes, table), *matched_sections(learning, unit),
                 paired_section(episodes, reference, comparisons),
                 *[s for s in (noise_section(learning),) if s is not None], metrics_section(learning, unit)]
@@ -630,8 +657,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument("--out", type=Path, default=None, help="where report.md and plots go "
                         "(default: the first path)")
-    parser.add_argument("--reference", default="baseline", help="variant (or full group label) the "
-                        "others are paired against (default: baseline)")
+    parser.add_argument("--reference", default=None, help="variant (or full group label) the others are "
+                        "paired against (default: a seeds=until_decided sweep's own reference, else "
+                        "baseline)")
     parser.add_argument("--unit", choices=["seed", "order"], default="seed", help="the independent unit of "
                         "every interval and test: seed (default: a seed's order seeds and repeats share its "
                         "task set) or order (each order of a seed: assumes the shared task set adds nothing "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from harness.report.sequential import sequential_verdict
 from harness.report.stats import (
     LEVEL,
     UNIT_NAMES,
@@ -66,10 +67,13 @@ COMPARISON_COLUMNS = {
     "ci_low": "Lower end of the 95% interval of the difference over the paired units (t on units - 1 "
               "degrees of freedom, cluster-robust); null with one unit.",
     "ci_high": "Upper end of that interval; null with one unit.",
+    "test": "`sign-flip` (a sweep of a fixed number of seeds) or `sequential` (seeds=until_decided: the "
+            "anytime-valid betting test, whose confidence sequence and always-valid p-value are ci_low, "
+            "ci_high and p_value).",
     "p_value": "Two-sided sign-flip permutation p-value of the units' summed differences (so of the "
-               "pooled difference); null with one unit.",
-    "p_method": "How p_value was computed: `exact` (every sign pattern, up to 16 units) or `monte carlo` "
-                "(100,000 random patterns beyond: valid, not exact).",
+               "pooled difference), or the sequential test's always-valid p-value; null with one unit.",
+    "p_method": "How p_value was computed: `exact` (every sign pattern, up to 16 units), `monte carlo` "
+                "(100,000 random patterns beyond: valid, not exact) or `always valid` (sequential).",
     "smallest_p": "The smallest p-value a sign-flip test over these units can give: 2 / 2^(units whose "
                   "difference is not exactly 0), and beyond 16 units at least 2 / 100,001.",
     "icc": "Intraclass correlation of the per-task differences: the share of their variance between units.",
@@ -94,8 +98,8 @@ holds the two and the table to one another)."""
 
 _NOT_FLOAT = {"group": pl.String, "reference": pl.String, "runs": pl.Int64, "seeds": pl.Int64,
               "orders": pl.Int64, "repeats": pl.Int64, "unit": pl.String, "units": pl.Int64,
-              "p_method": pl.String, "pairs": pl.Int64, "gained": pl.Int64, "lost": pl.Int64,
-              "resolved": pl.Boolean}
+              "test": pl.String, "p_method": pl.String, "pairs": pl.Int64, "gained": pl.Int64,
+              "lost": pl.Int64, "resolved": pl.Boolean}
 COMPARISON_SCHEMA = {column: _NOT_FLOAT.get(column, pl.Float64) for column in COMPARISON_COLUMNS}
 """comparisons.parquet's column types, the same with rows or without."""
 
@@ -209,12 +213,16 @@ def pair(reference: pl.DataFrame, candidate: pl.DataFrame) -> tuple[pl.DataFrame
 
 
 def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str = "baseline",
-                       seed: int = 0, unit: str = "seed", plan: bool = True) -> Comparisons:
+                       seed: int = 0, unit: str = "seed", plan: bool = True,
+                       sequential: bool = False, alpha: float = 1 - LEVEL) -> Comparisons:
     """Every group against the reference group of its context, unit by unit (a unit: a seed, by `unit`):
     the episode-pooled success difference with a 95% t interval over the paired units, the sign-flip p-value
     of the units' summed differences, Holm-adjusted across the rows that have one, `resolved` when the
     adjusted p is under 0.05 and the interval excludes 0; the episode-level view within these runs; and,
-    with `plan`, a line per row on what its units can show and how many would resolve its difference."""
+    with `plan`, a line per row on what its units can show and how many would resolve its difference.
+    `sequential` (a `seeds=until_decided` sweep): the interval and the p-value are the anytime-valid test's
+    over the seeds in their order (harness/report/sequential.py), valid however often they were looked
+    at; Holm and `resolved` as for the fixed test, at `alpha` (the sweep's `sweep.until_decided.alpha`)."""
     unit_column(unit)  # refuses an unknown unit before any work
     stream = labelled(episodes, keys)
     context = [k for k in keys if k not in NOT_CONTEXT]
@@ -244,6 +252,8 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
                 continue
             floors = [f for f in (retest_spread(ref_frame), retest_spread(candidate)) if f is not None]
             row, pilots[group] = _comparison(group, references[0], pairs, seed, unit)
+            if sequential:
+                row |= _sequential(pairs, alpha)
             rows.append({**row, "noise_floor": max(floors) if floors else None})
     if not rows:
         return Comparisons(table=pl.DataFrame(schema=COMPARISON_SCHEMA), notes=notes)
@@ -252,7 +262,7 @@ def paired_comparisons(episodes: pl.DataFrame, keys: list[str], reference: str =
     adjusted = iter(holm(tested))
     table = table.with_columns(p_holm=pl.Series(
         [None if p is None else next(adjusted) for p in table["p_value"].to_list()], dtype=pl.Float64))
-    table = table.with_columns(resolved=(pl.col("p_holm") < 1 - LEVEL).fill_null(False)
+    table = table.with_columns(resolved=(pl.col("p_holm") < alpha).fill_null(False)
                                & ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)).fill_null(False))
     plans = ([_plan(row, pilots[row["group"]], len(tested)) for row in table.iter_rows(named=True)]
              if plan else [])
@@ -286,7 +296,7 @@ def _comparison(group: str, reference: str, pairs: pl.DataFrame, seed: int,
            # a difference of rates lies in [-1, 1]; the t interval of few units can reach past it
            "ci_low": None if estimate.low is None else max(-1.0, estimate.low),
            "ci_high": None if estimate.high is None else min(1.0, estimate.high),
-           "p_value": sign_flip_p(totals, seed=seed) if estimate.runs > 1 else None,
+           "test": "sign-flip", "p_value": sign_flip_p(totals, seed=seed) if estimate.runs > 1 else None,
            "p_method": sign_flip_method(estimate.runs) if estimate.runs > 1 else None,
            "smallest_p": smallest_p(estimate.runs, zeros=int((totals == 0).sum())),
            "icc": split.icc if split else None, "design_effect": split.design_effect() if split else None,
@@ -304,11 +314,29 @@ class Pilot:
     unit_differences: np.ndarray
 
 
+def _sequential(pairs: pl.DataFrame, alpha: float) -> dict:
+    """A row's interval and p-value from the anytime-valid test over its seeds' pooled differences, in the
+    order the seeds ran (a sequential sweep adds them in increasing order)."""
+    per_seed = (pairs.group_by("seed").agg((pl.col("cand").cast(pl.Float64) - pl.col("ref").cast(pl.Float64))
+                                           .mean().alias("difference")).sort("seed"))
+    verdict = sequential_verdict(per_seed["difference"].to_numpy(), alpha)
+    return {"test": "sequential", "ci_low": verdict.low, "ci_high": verdict.high, "p_value": verdict.p_value,
+            "p_method": "always valid"}
+
+
 def _plan(row: dict, pilot: Pilot, tested: int) -> str:
     """What the row's units can show, and how many paired units of how many episodes would resolve its
     difference (80% power of `resolved` at 5%), from its pilot taken with its uncertainty."""
     name, units, episodes = row["group"], row["units"], round(row["pairs"] / max(row["units"], 1))
     kind = row["unit"]
+    if row["test"] == "sequential":
+        interval = f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+        if row["resolved"]:
+            side = "better" if row["difference"] > 0 else "worse"
+            return (f"{name}: decided {side} than the reference after {units} seeds (seeds=until_decided: "
+                    f"the confidence sequence {interval} excludes 0, valid at every round it was looked at)")
+        return (f"{name}: not decided after {units} seeds (seeds=until_decided): its confidence sequence "
+                f"{interval} still holds 0; more seeds would go on, not a second sweep's fixed test")
     enough = units_to_reach()
     if units < 2:
         return (f"{name}: one paired {kind} says nothing about the variant (no interval, no test: another "

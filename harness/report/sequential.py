@@ -35,6 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SEQUENTIAL_STATE = "until_decided.json"
+"""What a `seeds=until_decided` sweep writes in its directory (harness/driver/until_decided.py): each
+round's verdicts; its presence tells the report that the sweep looked after every round."""
 GRID = 2001
 """Candidate differences in [-1, 1] the confidence sequence is computed on (0 among them); its ends are
 widened to the grid points outside them, so the grid only makes it wider."""
