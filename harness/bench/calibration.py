@@ -20,6 +20,12 @@ all are the baseline's equal, in A/B the first has the effect and the others non
 - the baseline arm's success interval (`group_interval`, over its seeds): how often it holds the known
   population rate, E[sigmoid(base + ease + q)].
 
+Sequential rows (`--sequential`, seeds=until_decided's test, harness/report/sequential.py): each experiment
+draws `max_seeds` seeds of a baseline and a candidate and looks after every `batch` of them, as the sweep
+does, stopping at the first decision: how often identical arms are decided (a false positive however often
+it looked), how often a known effect is decided better (its power), the seeds it used on average, and the
+seeds the fixed test (`decision_power`) needs for the same power at the true difference and spread.
+
 Numpy, polars and scipy only; rows run in parallel processes (`--jobs`), each seeded by (--seed, its
 design), so a row gives the same figures whichever other rows run beside it. `--out DIR` writes the table
 as DIR/calibration.parquet.
@@ -282,7 +288,8 @@ def record(row: Row) -> dict[str, Any]:
     power, power_low, power_high = proportion(row.ab_resolved, row.experiments)
     coverage, coverage_low, coverage_high = proportion(row.covered, row.coverage_seeds)
     design = asdict(row.design)
-    return {"design": row.design.label, **design, "experiments": row.experiments, "effect": row.effect,
+    return {"design": row.design.label, **design, "test": "sign-flip", "experiments": row.experiments,
+            "effect": row.effect,
             "true_difference": row.true_difference, "seed_sd": row.seed_sd,
             "false_positive_rate": fp, "false_positive_low": fp_low, "false_positive_high": fp_high,
             "episode_false_positive_rate": row.aa_episodes / row.experiments,
@@ -308,6 +315,104 @@ def cells(records: list[dict[str, Any]]) -> list[dict[str, str]]:
              "promised": f"{r['promised']:.3f}",
              "coverage [95% CI]": _rate(r["coverage"], r["coverage_low"], r["coverage_high"]),
              "holds": "yes" if r["holds"] else "NO"} for r in records]
+
+
+# ----- sequential rows -----
+
+@dataclass(frozen=True)
+class SequentialRow:
+    """One sequential row: a design whose seeds are looked at every `batch`, up to `design.seeds`."""
+
+    design: Design
+    batch: int
+    experiments: int
+    effect: float
+    true_difference: float
+    seed_sd: float
+    decided: int
+    """Experiments decided: `better` at an effect, either side without one (a false positive)."""
+    seeds_used: float
+    """Seeds run on average: where it stopped, or all of them."""
+    fixed_seeds: int | None
+    """The fewest seeds the fixed test needs for the power observed (at most 0.99), at the true difference and
+    spread; None where it observed none."""
+    seconds: float
+
+
+def per_seed_differences(success: np.ndarray, attempted: np.ndarray) -> np.ndarray:
+    """Each seed's pooled difference, candidate - baseline over the episodes both attempted, in seed order:
+    what the report's sequential comparison takes (harness/report/compare.py `_sequential`)."""
+    both = attempted[0] & attempted[1]
+    return ((success[1].astype(float) - success[0]) * both).sum(axis=(1, 2, 3)) / both.sum(axis=(1, 2, 3))
+
+
+def calibrate_sequential(design: Design, experiments: int, effect: float, batch: int = 2,
+                         seed: int = 0) -> SequentialRow:
+    """`experiments` sequential sweeps of `design.seeds` seeds at most, looked at every `batch` seeds."""
+    from harness.report.sequential import sequential_verdict
+
+    rng = np.random.default_rng([seed, 31, *hashlib.sha256(repr((design, effect)).encode()).digest()[:8]])
+    decided, used = 0, []
+    started = time.perf_counter()
+    for _ in range(experiments):
+        success, attempted, _ = draw(rng, design, [effect])
+        differences = per_seed_differences(success, attempted)
+        stop, decision = design.seeds, "go on"
+        for seeds in range(batch, design.seeds + 1, batch):
+            decision = sequential_verdict(differences[:seeds], ALPHA).decision
+            if decision != "go on":
+                stop = seeds
+                break
+        decided += decision == "better" if effect else decision != "go on"
+        used.append(stop)
+    seconds = time.perf_counter() - started
+    difference, spread = true_difference(design.sd, effect, design.base), seed_spread(design, effect, seed)
+    power = min(decided / experiments, 0.99)
+    fixed = None
+    if effect and decided:
+        fixed = next((n for n in range(units_to_reach(ALPHA), 200)
+                      if decision_power(n, difference, spread, ALPHA) >= power), None)
+    return SequentialRow(design, batch, experiments, effect, difference, spread, decided,
+                         float(np.mean(used)), fixed, seconds)
+
+
+def sequential_record(row: SequentialRow) -> dict[str, Any]:
+    rate, low, high = proportion(row.decided, row.experiments)
+    aa = row.effect == 0
+    return {"design": f"sequential, batches of {row.batch}", **asdict(row.design), "test": "sequential",
+            "experiments": row.experiments, "effect": row.effect, "true_difference": row.true_difference,
+            "seed_sd": row.seed_sd,
+            **({"false_positive_rate": rate, "false_positive_low": low, "false_positive_high": high} if aa
+               else {"power": rate, "power_low": low, "power_high": high}),
+            "seeds_used": row.seeds_used, "fixed_seeds": row.fixed_seeds,
+            "holds": bool(low <= ALPHA) if aa else (row.fixed_seeds is None
+                                                    or row.seeds_used <= row.fixed_seeds),
+            "seconds": row.seconds}
+
+
+def sequential_cells(records: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"max seeds": str(r["seeds"]), "sd": f"{r['sd']:g}", "experiments": str(r["experiments"]),
+             "effect, logit (true difference)": f"{r['effect']:+.2f} ({r['true_difference']:+.3f})",
+             "decided [95% CI]": _rate(*(r[k] for k in (("false_positive_rate", "false_positive_low",
+                                                           "false_positive_high") if r["effect"] == 0 else
+                                                          ("power", "power_low", "power_high")))),
+             "seeds used, mean": f"{r['seeds_used']:.1f}",
+             "fixed test's seeds at that power": "" if r["fixed_seeds"] is None else str(r["fixed_seeds"]),
+             "holds": "yes" if r["holds"] else "NO"} for r in records]
+
+
+SEQUENTIAL_NOTE = """
+(Each experiment: up to {seeds} seeds of a baseline and a candidate, looked at after every {batch}, stopped
+ at the first decision of the anytime-valid test at {alpha}. decided: either side for identical arms (a false
+ positive, however often it looked), `better` at an effect (the power). fixed test's seeds: the fewest with
+ which decision_power, the fixed sign-flip verdict's power at the true difference and spread, reaches the
+ power observed (at most 0.99). holds: a false-positive interval reaching {alpha} or below; at an effect,
+ fewer seeds used on average than the fixed test needs)"""
+
+
+def _calibrate_sequential(call: tuple[Design, int, float, int, int]) -> SequentialRow:
+    design, experiments, effect, batch, seed = call
+    return calibrate_sequential(design, experiments, effect, batch, seed)
 
 
 # ----- the command -----
@@ -342,6 +447,10 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--seed", type=int, default=0, help="seeds every row with its design (default: 0)")
     options.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                          help="rows computed at once, one process each (default: the CPU count)")
+    options.add_argument("--sequential", type=int, nargs="*", default=[6, 10, 20], metavar="SEEDS",
+                         help="sequential rows (seeds=until_decided, batches of 2, at most 30 seeds, sd 1): "
+                         "identical arms, and the effects the fixed test needs these many seeds for at 80%% "
+                         "power (default: 6 10 20; none: no sequential rows)")
     options.add_argument("--out", type=Path, default=None,
                          help="a directory to write calibration.parquet into")
     return options
@@ -353,18 +462,32 @@ def main(argv: list[str] | None = None) -> None:
     designs = [Design(seeds, sd, tasks=args.tasks) for seeds in args.seeds for sd in args.sd]
     designs += [replace(DESIGNS[name], tasks=args.tasks) for name in args.designs]
     calls = [(design, args.experiments, args.seed, args.effect) for design in designs]
-    if args.jobs > 1 and len(calls) > 1:
-        largest_first = sorted(calls, key=lambda call: -call[0].seeds * call[0].repeats * call[0].orders)
-        with ProcessPoolExecutor(min(args.jobs, len(calls)), mp_context=get_context("spawn")) as pool:
+    longest = replace(Design(30, 1.0, tasks=args.tasks))
+    effects = [0.0, *(effect_for_power(replace(longest, seeds=seeds)) for seeds in args.sequential)]
+    sequential = [(longest, args.experiments, effect, 2, args.seed) for effect in effects]
+    if not args.sequential:
+        sequential = []
+    largest_first = sorted(calls, key=lambda call: -call[0].seeds * call[0].repeats * call[0].orders)
+    if args.jobs > 1 and len(calls) + len(sequential) > 1:
+        with ProcessPoolExecutor(min(args.jobs, len(calls) + len(sequential)),
+                                 mp_context=get_context("spawn")) as pool:
             done = dict(zip(largest_first, pool.map(_calibrate, largest_first), strict=True))
-        rows = [done[call] for call in calls]
+            sequential_rows = list(pool.map(_calibrate_sequential, sequential))
     else:
-        rows = [_calibrate(call) for call in calls]
+        done = {call: _calibrate(call) for call in largest_first}
+        sequential_rows = [_calibrate_sequential(call) for call in sequential]
+    rows = [done[call] for call in calls]
     records = [record(row) for row in rows]
     print(f"\n## Calibration of the report's verdicts: {args.experiments} A/A and A/B experiments per row, "
           f"{args.tasks} tasks per run\n")
     print(table(cells(records)))
     print(NOTE.format(alpha=ALPHA, power=PLANNED_POWER, fewest=units_to_reach(ALPHA)))
+    sequential_records = [sequential_record(row) for row in sequential_rows]
+    if sequential_records:
+        print("\n## Sequential (seeds=until_decided): the anytime-valid test, looked at after every round\n")
+        print(table(sequential_cells(sequential_records)))
+        print(SEQUENTIAL_NOTE.format(seeds=longest.seeds, batch=2, alpha=ALPHA))
+    records += sequential_records
     failing = [r["design"] + f" at {r['seeds']} seeds, sd {r['sd']:g}" for r in records if not r["holds"]]
     print("\nevery row holds" if not failing else f"\nrows that do not hold: {'; '.join(failing)}")
     if args.out is not None:

@@ -62,13 +62,14 @@ def test_few_seeds_with_copied_repeats_never_resolve():
 
 def test_the_command_prints_its_table_and_writes_it(capsys, tmp_path):
     bench_main(["calibration", "--experiments", "3", "--seeds", "3", "6", "--sd", "0.5", "--tasks", "10",
-                "--designs", "holm", "--jobs", "1", "--out", str(tmp_path)])
+                "--designs", "holm", "--sequential", "6", "--jobs", "1", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| one run per seed | 3 |")]
     assert len(rows) == 1 and "| 3 | 0.5 | 3 | 0.000 [0.000, 0.708] |" in rows[0]  # 3 seeds never resolve
     assert "| 3 rows (Holm) | 10 |" in out and "bench took" in out
     written = pl.read_parquet(tmp_path / "calibration.parquet")
-    assert written.height == 3
+    assert written.height == 5 and written["test"].to_list() == ["sign-flip"] * 3 + ["sequential"] * 2
+    assert "## Sequential (seeds=until_decided)" in out
     assert {"seeds", "repeats", "sd", "false_positive_rate", "false_positive_low", "false_positive_high",
             "power", "power_low", "power_high", "promised", "coverage", "holds"} <= set(written.columns)
 
@@ -87,3 +88,24 @@ def test_the_outside_known_truth_agent_solves_with_its_runs_quality_and_replies_
     assert agents[30].solve(task) == "w0007x" and agents[-30].solve(task) == "wrong" and len(calls) == 2
     same = calibration.KnownTruthAgent(llm, "/tmp", seed=3).quality
     assert same == agents[30].quality != calibration.KnownTruthAgent(llm, "/tmp", seed=3, arm="b").quality
+
+
+def test_the_sequential_rows_take_the_seed_differences_the_reports_sequential_comparison_takes():
+    from harness.report.sequential import sequential_verdict
+
+    design = calibration.Design(seeds=8, sd=1.0, tasks=12, unequal=True)
+    success, attempted, order = calibration.draw(np.random.default_rng(2), design, [1.0])
+    frame = calibration.episodes(calibration.layout(design), success, attempted, order)
+    row = paired_comparisons(frame, ["variant"], plan=False, sequential=True).table.row(0, named=True)
+    verdict = sequential_verdict(calibration.per_seed_differences(success, attempted))
+    assert (row["test"], row["ci_low"], row["ci_high"], row["p_value"]) == (
+        "sequential", verdict.low, verdict.high, verdict.p_value)
+
+
+def test_a_clear_effect_is_decided_in_fewer_seeds_than_the_fixed_test_needs_and_identical_arms_rarely():
+    design = calibration.Design(seeds=30, sd=1.0, tasks=30)
+    clear = calibration.calibrate_sequential(design, 60, effect=calibration.effect_for_power(
+        calibration.replace(design, seeds=10)))
+    assert clear.decided >= 50 and clear.fixed_seeds is not None and clear.seeds_used < clear.fixed_seeds
+    same = calibration.calibrate_sequential(design, 60, effect=0.0)
+    assert same.decided <= 9  # 5% of 60 is 3; 9 is 3.5 standard errors above it
