@@ -72,7 +72,7 @@ def test_the_check_sees_a_cycle_where_there_is_one():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == ["a", "b"]
 
 
-SUBPACKAGES = ("driver", "agent_run", "models", "tables", "report", "view", "bench", "sandbox")
+SUBPACKAGES = ("driver", "agent_run", "models", "tables", "report", "view", "bench", "sandbox", "training")
 """harness/ by concern; each __init__ says what it owns."""
 LITELLM_PACKAGE = "harness.models"
 TABLE_READERS = ("read_parquet", "scan_parquet", "read_table", "ParquetFile", "dataset")
