@@ -434,7 +434,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--experiments", type=int, default=400,
                          help="A/A and A/B experiments per row (default: 400)")
     options.add_argument("--tasks", type=int, default=50, help="tasks per run (default: 50)")
-    options.add_argument("--seeds", type=int, nargs="+", default=[6, 7, 8, 10, 30],
+    options.add_argument("--seeds", type=int, nargs="*", default=[6, 7, 8, 10, 30],
                          help="paired seeds per experiment, one run each, a row per seeds x sd (default: "
                          "6 7 8 10 30)")
     options.add_argument("--sd", type=float, nargs="+", default=[0.5, 1.0],
