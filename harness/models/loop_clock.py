@@ -102,7 +102,9 @@ class _Timer:
 
 
 def watch(loop: asyncio.AbstractEventLoop) -> None:
-    """Time the tasks of `loop` from now on (once per loop; a few clock reads per task step)."""
+    """Time the tasks of `loop` from now on (once per loop; a few clock reads per task step). A loop
+    whose methods cannot be replaced (uvloop's) stays unwatched: its calls' latency_s is then the
+    send's wall time, harness_s 0."""
     if loop in _watched:
         return
     _watched.add(loop)
@@ -139,9 +141,12 @@ def watch(loop: asyncio.AbstractEventLoop) -> None:
         future.add_done_callback(taken_up)
         return future
 
-    loop.call_soon = timed_call_soon  # type: ignore[method-assign]
-    loop.call_at = timed_call_at  # type: ignore[method-assign]
-    loop.run_in_executor = timed_run_in_executor  # type: ignore[method-assign]
+    try:
+        loop.call_soon = timed_call_soon  # type: ignore[method-assign]
+        loop.call_at = timed_call_at  # type: ignore[method-assign]
+        loop.run_in_executor = timed_run_in_executor  # type: ignore[method-assign]
+    except (AttributeError, TypeError):  # its methods are fixed (uvloop's, which has no __dict__)
+        return
 
 
 def harness_seconds() -> float:
