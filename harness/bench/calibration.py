@@ -15,8 +15,9 @@ all are the baseline's equal, in A/B the first has the effect and the others non
 - A/A: how often any row is `resolved` (a false positive of the report), with its 95% Clopper-Pearson
   interval; beside it how often the first row's episode-level McNemar test (`p_episodes`) is under 0.05;
 - A/B: how often the first row is resolved with a positive difference, the power, beside the power the
-  report's plan promises for that verdict (`decision_power`) at the true difference and the true spread of
-  a seed's difference (this design's, from 10,000 simulated seeds);
+  verdict has at the truth (`decision_power` with seeds drawn from 10,000 simulated seeds' differences of
+  the design), and beside it what the report's plan line computes with its normal model of a seed's
+  difference given the true difference and spread;
 - the baseline arm's success interval (`group_interval`, over its seeds): how often it holds the known
   population rate, E[sigmoid(base + ease + q)].
 
@@ -149,20 +150,31 @@ def draw(rng: np.random.Generator, design: Design, effects: list[float],
     return success, attempted, order
 
 
-def seed_spread(design: Design, effect: float, seed: int = 0) -> float:
-    """The sd of one seed's pooled difference (candidate - baseline over the episodes both attempted, all
-    its orders and repeats together) under the design: from `TRUTH_SEEDS` simulated seeds, seeded, so the
-    same for every call."""
+def true_seed_differences(design: Design, effect: float, seed: int = 0) -> np.ndarray:
+    """`TRUTH_SEEDS` seeds' pooled differences (candidate - baseline over the episodes both attempted, all
+    its orders and repeats together) under the design, seeded, so the same for every call: the truth of
+    a seed's difference, its skew included."""
     rng = np.random.default_rng([seed, 7919])
     success, attempted, _ = draw(rng, design, [effect], seeds=TRUTH_SEEDS)
     both = attempted[0] & attempted[1]
-    difference = (success[1].astype(float) - success[0]) * both
-    per_seed = difference.sum(axis=(1, 2, 3)) / both.sum(axis=(1, 2, 3))
-    return float(per_seed.std(ddof=1))
+    return ((success[1].astype(float) - success[0]) * both).sum(axis=(1, 2, 3)) / both.sum(axis=(1, 2, 3))
+
+
+def seed_spread(design: Design, effect: float, seed: int = 0) -> float:
+    """The sd of one seed's pooled difference under the design."""
+    return float(true_seed_differences(design, effect, seed).std(ddof=1))
 
 
 def promised_power(design: Design, effect: float, seed: int = 0) -> float:
-    """The power the report's plan gives its verdict at the true difference and the true spread."""
+    """The power of the report's verdict at the truth: its seeds drawn from the true distribution of a
+    seed's difference (`decision_power` with a sample)."""
+    return decision_power(design.seeds, 0.0, 0.0, ALPHA, design.rows,
+                          sample=true_seed_differences(design, effect, seed))
+
+
+def planned_power(design: Design, effect: float, seed: int = 0) -> float:
+    """What the report's plan line would promise knowing the true difference and spread: its normal model of
+    a seed's difference (no skew)."""
     return decision_power(design.seeds, true_difference(design.sd, effect, design.base),
                           seed_spread(design, effect, seed), ALPHA, design.rows)
 
@@ -229,6 +241,8 @@ class Row:
     ab_resolved: int
     """A/B experiments whose first row was resolved with a positive difference."""
     promised: float
+    planned: float
+    """The plan line's normal model of a seed's difference at the true difference and spread."""
     covered: int
     coverage_seeds: int
     """Experiments whose baseline interval is over its seeds (all, from 2 seeds)."""
@@ -266,7 +280,8 @@ def calibrate(design: Design, experiments: int, seed: int = 0, effect: float | N
     return Row(design=design, experiments=experiments, effect=effect,
                true_difference=true_difference(design.sd, effect, design.base),
                seed_sd=seed_spread(design, effect, seed), aa_resolved=aa_resolved, aa_episodes=aa_episodes,
-               ab_resolved=ab_resolved, promised=promised_power(design, effect, seed), covered=covered,
+               ab_resolved=ab_resolved, promised=promised_power(design, effect, seed),
+               planned=planned_power(design, effect, seed), covered=covered,
                coverage_seeds=coverage_seeds, seconds=seconds)
 
 
@@ -294,6 +309,7 @@ def record(row: Row) -> dict[str, Any]:
             "false_positive_rate": fp, "false_positive_low": fp_low, "false_positive_high": fp_high,
             "episode_false_positive_rate": row.aa_episodes / row.experiments,
             "power": power, "power_low": power_low, "power_high": power_high, "promised": row.promised,
+            "planned": row.planned,
             "coverage": coverage, "coverage_low": coverage_low, "coverage_high": coverage_high,
             "holds": bool(fp_low <= ALPHA and power_low - 1e-9 <= row.promised <= power_high + 1e-9),
             "seconds": row.seconds}
@@ -312,7 +328,7 @@ def cells(records: list[dict[str, Any]]) -> list[dict[str, str]]:
              "A/A p_episodes < 0.05": f"{r['episode_false_positive_rate']:.3f}",
              "A/B effect, logit (true difference)": f"{r['effect']:+.2f} ({r['true_difference']:+.3f})",
              "power observed [95% CI]": _rate(r["power"], r["power_low"], r["power_high"]),
-             "promised": f"{r['promised']:.3f}",
+             "promised": f"{r['promised']:.3f}", "plan's normal model": f"{r['planned']:.3f}",
              "coverage [95% CI]": _rate(r["coverage"], r["coverage_low"], r["coverage_high"]),
              "holds": "yes" if r["holds"] else "NO"} for r in records]
 
@@ -420,12 +436,14 @@ def _calibrate_sequential(call: tuple[Design, int, float, int, int]) -> Sequenti
 NOTE = """
 (A/A: every arm the same agent; resolved: any row of the report resolved (p_holm < {alpha} and the t
  interval over seeds excluding 0); p_episodes < 0.05: the first row's McNemar test over episode pairs.
- A/B: the first candidate's logit effect, unless --effect the one the plan gives {power:.0%} power (at
+ A/B: the first candidate's logit effect, unless --effect the one the verdict has {power:.0%} power at (at
  {fewest} seeds where a row has fewer, which no sign-flip test can resolve); power observed: the first row
- resolved with a positive difference. promised: decision_power(seeds, true difference, true sd of a seed's
- difference, rows). coverage: the baseline arm's group_interval (over its seeds) holding the population
- rate. holds: the false-positive interval reaches {alpha} or below and the promise lies inside the power's
- interval. Intervals: 95% Clopper-Pearson over the experiments)"""
+ resolved with a positive difference. promised: decision_power with the seeds drawn from 10,000 simulated
+ seeds' differences of the design (the verdict's power at the truth, skew included); plan's normal model:
+ decision_power(seeds, true difference, true sd of a seed's difference, rows), what the report's plan line
+ computes from a pilot that knew the truth. coverage: the baseline arm's group_interval (over its seeds)
+ holding the population rate. holds: the false-positive interval reaches {alpha} or below and the promise
+ lies inside the power's interval. Intervals: 95% Clopper-Pearson over the experiments)"""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -281,20 +281,27 @@ def _sign_flip_p_batch(differences: np.ndarray, rng: np.random.Generator) -> np.
 
 
 def decision_power(units: int, effect: float, spread: float, alpha: float = 0.05, rows: int = 1,
-                   draws: int = POWER_DRAWS, seed: int = 0) -> float:
+                   draws: int = POWER_DRAWS, seed: int = 0, sample: np.ndarray | None = None) -> float:
     """Power of the report's verdict, `resolved`, for one row: the sign-flip p-value times `rows` (Holm's
     multiplier for the row ranked first: exact when the other rows have no effect, else an underestimate)
     under `alpha` and the 95% t interval excluding 0, where each of `units` paired units differs by a draw
     of N(effect, spread^2). Simulated with `draws` seeded draws (the same for any effect and spread: the
     power is a smooth, reproducible function of them); beyond `SIMULATED_UP_TO` units, the t test's power
-    at `alpha / rows` (noncentral t), which the sign-flip test's approaches."""
+    at `alpha / rows` (noncentral t), which the sign-flip test's approaches. With `sample` (many units'
+    differences drawn from a known truth, as the calibration bench has them), the units are drawn from it
+    instead of a normal, and `effect` and `spread` are not used: the verdict's power at that truth, skew and
+    all."""
     from scipy.stats import nct, t
 
     if units < 2 or smallest_p(units) * rows >= alpha:
         return 0.0
+    critical = float(t.ppf(1 - (1 - LEVEL) / 2, units - 1))
+    if sample is not None:
+        rng = np.random.default_rng([seed, units])
+        return _resolved_share(rng.choice(np.asarray(sample, dtype=float), size=(draws, units)), critical,
+                               alpha, rows, rng)
     if spread == 0:
         return 1.0 if effect else 0.0
-    critical = float(t.ppf(1 - (1 - LEVEL) / 2, units - 1))
     if units > SIMULATED_UP_TO:
         shift = abs(effect) * math.sqrt(units) / spread
         critical = max(critical, float(t.ppf(1 - alpha / rows / 2, units - 1)))
@@ -303,8 +310,18 @@ def decision_power(units: int, effect: float, spread: float, alpha: float = 0.05
         upper = upper if math.isfinite(upper) else float(shift > critical)
         return min(1.0, upper + (lower if math.isfinite(lower) else 0.0))
     rng = np.random.default_rng([seed, units])
-    differences = effect + spread * rng.standard_normal((draws, units))
-    t_statistic = np.abs(differences.mean(axis=1)) / (differences.std(axis=1, ddof=1) / math.sqrt(units))
+    return _resolved_share(effect + spread * rng.standard_normal((draws, units)), critical, alpha, rows, rng)
+
+
+def _resolved_share(differences: np.ndarray, critical: float, alpha: float, rows: int,
+                    rng: np.random.Generator) -> float:
+    """The share of rows of `differences` (draws x units) the verdict resolves: the t interval excluding 0
+    (|t| above `critical`) and the sign-flip p times `rows` under `alpha`."""
+    units = differences.shape[1]
+    spread = differences.std(axis=1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):  # identical draws: an infinite t, or none
+        t_statistic = np.abs(differences.mean(axis=1)) / (spread / math.sqrt(units))
+    t_statistic = np.where(spread > 0, t_statistic, np.where(differences.mean(axis=1) != 0, np.inf, 0.0))
     resolved = (t_statistic > critical) & (_sign_flip_p_batch(differences, rng) * rows < alpha)
     return float(resolved.mean())
 
