@@ -52,9 +52,11 @@ def encode(value, depth=0):
 
 
 def describe_type(value):
+    """What a value that does not cross is, by its real type (`type()`, which a `__class__` property
+    cannot change): "a Weird (a subclass of float)", "a function (code)", "a generator"."""
     kind = type(value)
     plain = next((base.__name__ for base in kind.__mro__[1:] if base in _PLAIN), None)
-    if plain is not None and plain != "object":
+    if plain is not None:
         return f"a {kind.__name__} (a subclass of {plain})"
     if callable(value) and not isinstance(value, type):
         return f"a {kind.__name__} (code)"
