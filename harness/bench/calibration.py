@@ -512,11 +512,14 @@ def main(argv: list[str] | None = None) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         pl.DataFrame(records).write_parquet(args.out / "calibration.parquet")
         print(f"table: {args.out / 'calibration.parquet'}")
-    slowest = max(rows, key=lambda row: row.seconds)
-    print(f"slowest row: {slowest.design.label} at {slowest.design.seeds} seeds, sd {slowest.design.sd:g}: "
-          f"{slowest.seconds:.0f} s ({slowest.seconds / slowest.experiments * 1000:.0f} ms per experiment of "
-          "an A/A and an A/B comparison)")
-    processes = min(args.jobs, len(calls))
+    if rows:
+        slowest = max(rows, key=lambda row: row.seconds)
+        design = slowest.design
+        print(f"slowest row: {design.label} at {design.seeds} seeds, sd {design.sd:g}: "
+              f"{slowest.seconds:.0f} s "
+              f"({slowest.seconds / slowest.experiments * 1000:.0f} ms per experiment of an A/A and an A/B "
+              "comparison)")
+    processes = max(1, min(args.jobs, len(calls) + len(sequential)))
     print(f"bench took {time.perf_counter() - started:.0f} s ({processes} "
           f"process{'es' if processes > 1 else ''})")
 
