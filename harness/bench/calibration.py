@@ -382,12 +382,13 @@ def calibrate_sequential(design: Design, experiments: int, effect: float, batch:
         decided += decision == "better" if effect else decision != "go on"
         used.append(stop)
     seconds = time.perf_counter() - started
-    difference, spread = true_difference(design.sd, effect, design.base), seed_spread(design, effect, seed)
+    truth = true_seed_differences(design, effect, seed)
+    difference, spread = true_difference(design.sd, effect, design.base), float(truth.std(ddof=1))
     power = min(decided / experiments, 0.99)
     fixed = None
-    if effect and decided:
+    if effect and decided:  # the fixed verdict's power at the truth, as the fixed rows' promise
         fixed = next((n for n in range(units_to_reach(ALPHA), 200)
-                      if decision_power(n, difference, spread, ALPHA) >= power), None)
+                      if decision_power(n, 0.0, 0.0, ALPHA, sample=truth) >= power), None)
     return SequentialRow(design, batch, experiments, effect, difference, spread, decided,
                          float(np.mean(used)), fixed, seconds)
 
@@ -421,9 +422,9 @@ SEQUENTIAL_NOTE = """
 (Each experiment: up to {seeds} seeds of a baseline and a candidate, looked at after every {batch}, stopped
  at the first decision of the anytime-valid test at {alpha}. decided: either side for identical arms (a false
  positive, however often it looked), `better` at an effect (the power). fixed test's seeds: the fewest with
- which decision_power, the fixed sign-flip verdict's power at the true difference and spread, reaches the
- power observed (at most 0.99). holds: a false-positive interval reaching {alpha} or below; at an effect,
- fewer seeds used on average than the fixed test needs)"""
+ which the fixed sign-flip verdict's power at the truth (decision_power, seeds drawn from 10,000 simulated
+ seeds' differences) reaches the power observed (at most 0.99). holds: a false-positive interval reaching
+ {alpha} or below; at an effect, fewer seeds used on average than the fixed test needs)"""
 
 
 def _calibrate_sequential(call: tuple[Design, int, float, int, int]) -> SequentialRow:
