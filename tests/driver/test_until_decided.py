@@ -9,7 +9,7 @@ import pytest
 
 from harness.report.build import main as report_main
 from tests.driver.test_cli_errors import QUIET, refused
-from tests.processes import run_cli
+from tests.processes import StartedCli, run_cli, stop_session, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -23,16 +23,18 @@ def sweep(directory: Path, *overrides: str) -> dict:
     return json.loads((directory / "until_decided.json").read_text())
 
 
-def test_a_clear_difference_stops_the_sweep_early_and_a_rerun_reaches_the_same_decision(tmp_path):
-    state = sweep(tmp_path / "sweep", "model.scripted.accuracy=0.2,0.9", "sweep.until_decided.max_seeds=12")
+CLEAR = ("model.scripted.accuracy=0.2,0.9", "sweep.until_decided.max_seeds=12",
+         "model.scripted.latency_s=0.2")  # a round of seconds: time to stop one mid-way
+
+
+def test_a_clear_difference_stops_the_sweep_early_and_the_report_knows_it(tmp_path):
+    state = sweep(tmp_path / "sweep", *CLEAR)
     assert state["stopped"] == "every comparison decided" and state["reference"] == "0.2"
     decided = state["decided"]["0.9"]
     assert decided["decision"] == "better" and decided["ci_low"] > 0 and decided["seeds"] < 12
     rounds = [r["seeds"] for r in state["rounds"]]
     assert rounds == list(range(2, decided["seeds"] + 1, 2))  # batches of 2, stopped at the decision
     assert all(r["verdicts"]["0.9"]["decision"] == "go on" for r in state["rounds"][:-1])
-    again = sweep(tmp_path / "sweep", "model.scripted.accuracy=0.2,0.9", "sweep.until_decided.max_seeds=12")
-    assert again["decided"] == state["decided"] and again["rounds"] == state["rounds"]
     # The report knows the sweep was sequential: its reference, and the sequential test's verdict.
     assert report_main([str(tmp_path / "sweep"), "--out", str(tmp_path / "report")]) == 0
     row = pl.read_parquet(tmp_path / "report" / "comparisons.parquet").row(0, named=True)
@@ -40,6 +42,15 @@ def test_a_clear_difference_stops_the_sweep_early_and_a_rerun_reaches_the_same_d
         "sequential", "always valid", True, decided["seeds"])
     assert row["reference"] == "baseline / model.scripted.accuracy=0.2"
     assert (row["ci_low"], row["p_value"]) == (decided["ci_low"], decided["p_value"])
+    # A sweep killed after its first round, run again, goes on to the same decision after the same rounds.
+    killed = StartedCli(tmp_path / "killed", "-m", *QUIET, "seeds=until_decided", "stream.num_tasks=10",
+                        *CLEAR)
+    record = killed.run_dir / "until_decided.json"
+    wait_for(lambda: record.exists() or killed.process.poll() is not None, timeout=240, what="round 1")
+    stop_session(killed.process)
+    assert json.loads(record.read_text())["stopped"] is None  # stopped mid-way
+    again = sweep(killed.run_dir, *CLEAR)
+    assert again["decided"] == state["decided"] and again["rounds"] == state["rounds"]
 
 
 def test_arms_that_do_not_differ_run_to_the_most_seeds_undecided(tmp_path):
