@@ -59,12 +59,9 @@ def busy(count: int) -> Iterator[list[int]]:
 
 def call_clocks(run_dir: Path) -> dict[str, float | None]:
     """p50 of latency_s and of harness_s over a run's model calls (None: no calls, or no such column)."""
-    import polars as pl
+    from harness.tables.reading import read_table
 
-    files = sorted(run_dir.glob("**/llm_calls/*.parquet"))
-    if not files:
-        return {"latency_p50_s": None, "harness_p50_s": None}
-    calls = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    calls = read_table(run_dir, "llm_calls")
     return {f"{name.removesuffix('_s')}_p50_s": float(calls[name].median()) if name in calls.columns else None
             for name in ("latency_s", "harness_s")}
 
