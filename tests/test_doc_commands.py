@@ -79,6 +79,7 @@ import harness.agent_run.plan as plan
 import harness.agent_run.tasks as tasks
 from harness.bench.cli import MEASUREMENTS
 from harness.config import ConfigError, HarnessConfig
+from harness.driver import until_decided
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -313,6 +314,7 @@ def job_problem(overrides: tuple[str, ...], key_only: tuple[str, ...] = ()) -> t
     stage = 0
     try:
         cfg = compose_job(overrides)
+        until_decided.first_round(cfg)  # seeds=until_decided: the launcher gives each round its seeds
         stage = 1
         missing = [key for key in key_only if OmegaConf.select(cfg, key, default=KeyError) is KeyError]
         if missing:

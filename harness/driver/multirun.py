@@ -240,9 +240,7 @@ class Sweep:
         with open_dict(config):
             config.hydra.job.id = config.hydra.job.num = index
             config.ray.limits, config.progress = limits_name, False
-            if until_decided.wanted(config):  # the first round's seeds; later rounds add to them
-                self.sequential = True
-                config.seeds = list(range(config.seed, config.seed + until_decided.settings_of(config).batch))
+        self.sequential |= until_decided.first_round(config)
         log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
         try:
             settings = HarnessConfig.from_dictconfig(config)

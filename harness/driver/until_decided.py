@@ -50,6 +50,16 @@ def wanted(config: DictConfig) -> bool:
     return config.get("seeds") == UNTIL_DECIDED
 
 
+def first_round(config: DictConfig) -> bool:
+    """Give a job that asks for seeds=until_decided its first round's seeds, in place (the sweep launcher as
+    it composes each job; later rounds add to them); whether it asked."""
+    if not wanted(config):
+        return False
+    with open_dict(config):
+        config.seeds = list(range(config.seed, config.seed + settings_of(config).batch))
+    return True
+
+
 def settings_of(config: DictConfig) -> UntilDecided:
     from omegaconf import OmegaConf
 
