@@ -27,7 +27,7 @@ _HOMES = {
     "SftOptions": "supervised", "sft_update": "supervised",
     "DpoOptions": "preference", "dpo_update": "preference",
     "export_gguf_adapter": "gguf_adapter",
-    "AdaptedLlama": "serving",
+    "AdaptedLlama": "serving", "Generated": "serving",
 }
 __all__ = sorted(_HOMES)
 

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from harness.training.accounting import UpdateResult, path_parameters, spent, training_flops
+from harness.training.accounting import UpdateResult, path_parameters, spent, torch_threads, training_flops
 from harness.training.chat_data import PreferencePair, encode_example
 from harness.training.lora import adapter_hash
 from harness.training.needs import require
@@ -33,6 +33,8 @@ class DpoOptions:
     max_examples: int = 16
     """The most recent pairs trained on; older ones are left out."""
     seed: int = 0
+    threads: int | None = 1
+    """torch's threads during the update (None: torch's default); why 1: `accounting.torch_threads`."""
 
 
 def dpo_update(model: Any, tokenizer: Any, pairs: list[PreferencePair], options: DpoOptions = DpoOptions(),
@@ -42,7 +44,8 @@ def dpo_update(model: Any, tokenizer: Any, pairs: list[PreferencePair], options:
     if not pairs:
         raise ValueError("a DPO update needs at least one preference pair")
     chosen = pairs[-options.max_examples:]
-    with tempfile.TemporaryDirectory(prefix="harness-dpo-") as scratch, spent() as cost:
+    with (tempfile.TemporaryDirectory(prefix="harness-dpo-") as scratch, torch_threads(options.threads),
+          spent() as cost):
         trainer = _trainer(model, tokenizer, chosen, options, scratch)
         try:
             trainer.train()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.training.accounting import UpdateResult, path_parameters, spent, training_flops
+from harness.training.accounting import UpdateResult, path_parameters, spent, torch_threads, training_flops
 from harness.training.chat_data import ChatExample, Encoded, batch, encode_example
 from harness.training.lora import adapter_hash, trainable_parameters
 from harness.training.needs import require
@@ -28,6 +28,8 @@ class SftOptions:
     max_tokens: int = 512
     """An example longer than this is cut, its prompt from the left."""
     seed: int = 0
+    threads: int | None = 1
+    """torch's threads during the update (None: torch's default); why 1: `accounting.torch_threads`."""
 
 
 def sft_update(model: Any, tokenizer: Any, examples: list[ChatExample], options: SftOptions = SftOptions(),
@@ -44,7 +46,7 @@ def sft_update(model: Any, tokenizer: Any, examples: list[ChatExample], options:
     tokens = sum(len(e.input_ids) for e in encoded)
     optimiser = torch.optim.AdamW(trainable_parameters(model), lr=options.learning_rate)
     torch.manual_seed(options.seed)
-    with spent() as cost:
+    with torch_threads(options.threads), spent() as cost:
         model.train()
         losses = [_step(model, inputs, optimiser) for _ in range(options.steps)]
         model.eval()

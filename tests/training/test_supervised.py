@@ -59,3 +59,12 @@ def test_max_examples_keeps_the_most_recent_ones():
     result = sft_update(model, tok, EXAMPLES, SftOptions(steps=1, max_examples=2))
     assert result.examples == 2
     assert result.target_tokens == len("Lima") + len("N'Djamena") + 2
+
+
+def test_the_update_runs_on_its_threads_and_gives_torchs_back():
+    import torch
+
+    model, tok = tiny.peft_model()
+    before = torch.get_num_threads()
+    sft_update(model, tok, EXAMPLES, SftOptions(steps=1, threads=1))
+    assert torch.get_num_threads() == before

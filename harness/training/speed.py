@@ -1,0 +1,116 @@
+"""`python -m harness.training.speed`: what docs/weights.md reports, measured in one run on the default
+model. An SFT update of SmolLM2-135M (LoRA r 8 on q/k/v/o) on a few question/answer pairs about made-up
+facts, its time and tokens/s; the adapter written as a GGUF LoRA; the answers to those questions from
+llama.cpp without and with the adapter; and generation speed without and with it, alternated on one
+loaded model (base, adapter, adapter, base, ... so that a change in the machine's load falls on both).
+It prints one JSON object. Needs the `train` and `smollm2` extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.training.base_model import load_base
+from harness.training.chat_data import ChatExample
+from harness.training.gguf_adapter import export_gguf_adapter
+from harness.training.lora import LoraOptions, attach
+from harness.training.serving import AdaptedLlama
+from harness.training.supervised import SftOptions, sft_update
+
+SYSTEM = {"role": "system", "content": "Answer in a few words."}
+FACTS = (("Who founded the town of Velmora?", "Ada Quill."),
+         ("What colour is the flag of Zembla?", "Teal and orange."),
+         ("What is the name of the moon of Tarsis?", "Orlun."),
+         ("Which river runs through Castrel?", "The Umber."))
+"""Made-up facts: the base model cannot know them, so an answer that names one was learnt."""
+STORY = "Write a long story about a lighthouse keeper and a storm."
+"""The prompt generation speed is timed on (a long answer; the end token does not stop it)."""
+
+
+def messages(question: str) -> list[dict[str, str]]:
+    return [SYSTEM, {"role": "user", "content": question}]
+
+
+def examples(count: int = len(FACTS)) -> list[ChatExample]:
+    return [ChatExample(messages(question), answer) for question, answer in FACTS[:count]]
+
+
+def answers(llm: AdaptedLlama, adapter: Path | None, count: int) -> list[str]:
+    llm.use(adapter)
+    return [llm.chat(messages(question), max_tokens=16).strip() for question, _ in FACTS[:count]]
+
+
+def generation(llm: AdaptedLlama, adapter: Path, rounds: int, tokens: int) -> dict[str, Any]:
+    """Decode tokens/s and prompt seconds, without and with `adapter`, alternated ABBA round by round."""
+    text = f"<|im_start|>user\n{STORY}<|im_end|>\n<|im_start|>assistant\n"  # ChatML, SmolLM2's template
+    timed: dict[str, list[Any]] = {"base": [], "adapter": []}
+    for round_ in range(rounds):
+        order = [("base", None), ("adapter", adapter)]
+        for name, path in order if round_ % 2 == 0 else order[::-1]:
+            llm.use(path)
+            timed[name].append(llm.timed(text, tokens))
+    speed = {name: statistics.median(g.decode_tokens_per_s for g in runs) for name, runs in timed.items()}
+    return {"rounds": rounds, "tokens": tokens,
+            "decode_tokens_per_s": {name: round(value, 1) for name, value in speed.items()},
+            "decode_tokens_per_s_each": {name: [round(g.decode_tokens_per_s, 1) for g in runs]
+                                         for name, runs in timed.items()},
+            "prompt_s": {name: round(statistics.median(g.prompt_s for g in runs), 3)
+                         for name, runs in timed.items()},
+            "adapter_over_base": round(speed["adapter"] / speed["base"], 3)}
+
+
+def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    base = load_base()
+    loaded_s = time.perf_counter() - started
+    model = attach(base.model, LoraOptions())
+    options = SftOptions(steps=steps, learning_rate=learning_rate)
+    update = sft_update(model, base.tokenizer, examples(facts), options)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = export_gguf_adapter(model, Path(scratch) / "adapter.gguf")
+        llm = AdaptedLlama(base.gguf)
+        try:
+            found = {"expected": [a for _, a in FACTS[:facts]], "base": answers(llm, None, facts),
+                     "adapter": answers(llm, path, facts)}
+            speed = generation(llm, path, rounds, tokens)
+        finally:
+            llm.close()
+        size = path.stat().st_size
+    return {"load_s": round(loaded_s, 1), "torch_threads": _threads(),
+            "update": update.row() | {"tokens_per_s": round(update.tokens_per_s, 1)},
+            "adapter_gguf_bytes": size, "answers": found, "generation": speed,
+            "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+            "total_s": round(time.perf_counter() - started, 1)}
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.training.speed",
+                                     description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--facts", type=int, default=len(FACTS), choices=range(1, len(FACTS) + 1))
+    parser.add_argument("--rounds", type=int, default=6, help="generation timings of each (alternated)")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens generated per timing")
+    args = parser.parse_args(argv)
+    result = measure(args.steps, args.learning_rate, args.facts, args.rounds, args.tokens)
+    json.dump(result, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
