@@ -51,7 +51,26 @@ def load_base(gguf: Path | None = None) -> LoadedBase:
     path = gguf or base_gguf()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    _as_plain_weights(model)
     model.eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedBase(model=model, tokenizer=tokenizer, gguf=path)
+
+
+def _as_plain_weights(model: Any) -> None:
+    """Drop the GGUF quantization config transformers leaves on a model it has de-quantised to fp32.
+
+    The weights are plain fp32 tensors, yet the model still says it is quantized (`hf_quantizer`, of the
+    GGUF method, `is_trainable` False), and transformers' Trainer (which trl's DPO trainer is) refuses to
+    train it ("quantized with QuantizationMethod.GGUF ... do not support training"). Where every weight
+    is a floating-point tensor nothing of the quantization is left, and the quantizer's own
+    `remove_quantization_config` makes the model an fp32 model again.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return
+    kept = sorted({str(p.dtype) for p in model.parameters() if not p.dtype.is_floating_point})
+    if kept:
+        raise ValueError(f"the GGUF model kept quantized weights ({', '.join(kept)}): not trainable here")
+    quantizer.remove_quantization_config(model)

@@ -76,7 +76,7 @@ def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: i
     update = sft_update(model, base.tokenizer, examples(facts), options)
     with tempfile.TemporaryDirectory() as scratch:
         path = export_gguf_adapter(model, Path(scratch) / "adapter.gguf")
-        llm = AdaptedLlama(base.gguf)
+        llm = AdaptedLlama(base.gguf, n_threads=2)  # the local model server's (conf/model/smollm2.yaml)
         try:
             found = {"expected": [a for _, a in FACTS[:facts]], "base": answers(llm, None, facts),
                      "adapter": answers(llm, path, facts)}
@@ -84,17 +84,12 @@ def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: i
         finally:
             llm.close()
         size = path.stat().st_size
-    return {"load_s": round(loaded_s, 1), "torch_threads": _threads(),
+    return {"load_s": round(loaded_s, 1), "update_threads": options.threads, "llama_cpp_threads": 2,
             "update": update.row() | {"tokens_per_s": round(update.tokens_per_s, 1)},
             "adapter_gguf_bytes": size, "answers": found, "generation": speed,
             "load_average": os.getloadavg(), "cpus": os.cpu_count(),
             "total_s": round(time.perf_counter() - started, 1)}
 
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def main(argv: list[str] | None = None) -> int:
