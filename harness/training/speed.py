@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -88,6 +89,7 @@ def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: i
             "update": update.row() | {"tokens_per_s": round(update.tokens_per_s, 1)},
             "adapter_gguf_bytes": size, "answers": found, "generation": speed,
             "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "total_s": round(time.perf_counter() - started, 1)}
 
 

@@ -1,6 +1,6 @@
 """End to end on the default model: SmolLM2-135M read from the smollm2 GGUF, a few LoRA steps on made-up
 facts, the adapter written as a GGUF LoRA, and llama.cpp on the same base GGUF answering the questions
-with the learnt facts with the adapter, and otherwise without it."""
+with the learnt facts with the adapter, and otherwise without it; then one DPO step on the same model."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ FACTS = 3
 def test_an_adapter_trained_on_smollm2_changes_llama_cpps_answers_to_what_it_learnt(tmp_path):
     from harness.training import speed
     from harness.training.base_model import load_base
+    from harness.training.chat_data import PreferencePair
     from harness.training.gguf_adapter import export_gguf_adapter
     from harness.training.lora import attach
+    from harness.training.preference import DpoOptions, dpo_update
     from harness.training.serving import AdaptedLlama
     from harness.training.supervised import SftOptions, sft_update
 
@@ -44,3 +46,6 @@ def test_an_adapter_trained_on_smollm2_changes_llama_cpps_answers_to_what_it_lea
     assert not any(learnt[0]), without
     assert sum(learnt[1]) >= 2, (with_adapter, result)
     assert again == without, "switching back to the base answers as the base"
+    pair = PreferencePair(speed.messages(speed.FACTS[0][0]), speed.FACTS[0][1], without[0])
+    preferred = dpo_update(model, base.tokenizer, [pair], DpoOptions(steps=1))
+    assert preferred.adapter_hash != result.adapter_hash, "trl trains the model read from the GGUF"
