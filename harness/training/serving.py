@@ -3,7 +3,8 @@ adapter (`gguf_adapter`), switched on the one loaded model.
 
 llama.cpp applies LoRA adapters per context at run time (`llama_adapter_lora_init` loads one against the
 model, `llama_set_adapters_lora` sets the context's adapters and scales), so one base model in memory
-serves its base answers and any number of adapters; each adapter is loaded once and kept until `close`.
+serves its base answers and any number of adapters; each adapter file is loaded once and kept until
+`close` (a file written again at the same path, with a new modification time, is loaded again).
 A switch clears the context's KV cache (`Llama.reset`): cached tokens were computed with the old adapter,
 and llama-cpp-python would otherwise reuse a matching prompt prefix from them.
 """
@@ -43,7 +44,7 @@ class AdaptedLlama:
 
         self.llm = Llama(model_path=str(gguf or base_gguf()), n_ctx=n_ctx, n_threads=n_threads,
                          n_threads_batch=n_threads, seed=seed, logits_all=False, verbose=False)
-        self._loaded: dict[Path, Any] = {}
+        self._loaded: dict[tuple[Path, int], Any] = {}
         self.adapter: Path | None = None
 
     def use(self, adapter: Path | None, scale: float = 1.0) -> None:
@@ -54,12 +55,13 @@ class AdaptedLlama:
             failed = llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, None, 0, None)
         else:
             adapter = Path(adapter).resolve()
-            if adapter not in self._loaded:
+            key = (adapter, adapter.stat().st_mtime_ns)
+            if key not in self._loaded:
                 loaded = llama_cpp.llama_adapter_lora_init(self.llm._model.model, str(adapter).encode())
                 if not loaded:
                     raise RuntimeError(f"llama.cpp could not load the LoRA adapter {adapter}")
-                self._loaded[adapter] = loaded
-            handles = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._loaded[adapter])
+                self._loaded[key] = loaded
+            handles = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._loaded[key])
             scales = (ctypes.c_float * 1)(scale)
             failed = llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, handles, 1, scales)
         if failed:

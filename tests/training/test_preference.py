@@ -55,3 +55,14 @@ def test_tokens_and_flops_are_counted():
     assert result.flops == training_flops(path_parameters(model), result.tokens_trained,
                                           result.tokens_trained + 2 * per_step)
     assert result.wall_s > 0 and result.cpu_s > 0
+
+
+def test_an_sft_update_after_a_dpo_update_trains_the_same_adapter():
+    from harness.training.supervised import SftOptions, sft_update
+
+    model, tok = tiny.peft_model()
+    preferred = dpo_update(model, tok, PAIRS, OPTIONS)
+    examples = [ChatExample(p.messages, p.chosen) for p in PAIRS]
+    supervised = sft_update(model, tok, examples, SftOptions(steps=3, learning_rate=1e-2))
+    assert supervised.loss_after < supervised.loss_before
+    assert supervised.adapter_hash not in (preferred.adapter_hash, adapter_hash(tiny.peft_model()[0]))
