@@ -64,7 +64,7 @@ def source_settings(run_dir: Path) -> HarnessConfig:
     """The job's resolved config, less what belonged to how it ran: a sweep job's shared limits
     actor (gone with its sweep) and its progress setting."""
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    config = {k: v for k, v in manifest["config"].items() if k != "hydra"}
+    config = {k: v for k, v in manifest["config"].items() if k not in ("hydra", "sweep")}
     config["ray"] = {**config["ray"], "limits": None}
     config["progress"] = True
     return HarnessConfig.validate_dict(config)

@@ -135,7 +135,7 @@ def test_the_report_shows_snapshot_views_and_pairs_within_each_view(evaluated):
     views = text[text.index("## Snapshots on held-out views"):]
     assert "| memory | id | 6 |" in views and "| baseline | ood | 3 |" in views
     paired = text[text.index("## Paired differences"):text.index("## Self-evolution metrics")]
-    assert "memory / id / 6 | baseline / id / 6 | 1 | 4.000 |" in paired  # one pair of runs, 4 tasks
+    assert "memory / id / 6 | baseline / id / 6 | 1 | 1 | 4.000 |" in paired  # one seed, one run, 4 tasks
     page = (root / "report.html").read_text()
     assert page.count("Plotly.newPlot") == 3 and '"memory on ood"' in page
 
