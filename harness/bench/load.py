@@ -36,7 +36,14 @@ from typing import Any
 from harness.bench.commands import Measured, measure
 from harness.bench.common import table
 from harness.bench.fake_chat import ServerProcess
-from harness.bench.versus import INSPECT_TASK, INSTALL, harness_argv, inspect_argv, inspect_available
+from harness.bench.versus import (
+    INSPECT_TASK,
+    INSTALL,
+    harness_argv,
+    http_model_options,
+    inspect_argv,
+    inspect_available,
+)
 
 SCRIPTED = ["model=scripted", "embedder=hashing", "variant=best_of_k", "variant.k=8", "budget.max_tokens=450",
             "seeds=[0,1,2,3,4,5]", "stream.num_tasks=20", "cache.enabled=false", "progress=false"]
@@ -153,12 +160,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--runs", type=int, default=8,
                          help="agent runs (inspect_ai samples) of the HTTP commands (default: 8)")
     options.add_argument("--calls", type=int, default=20, help="model calls per agent run (default: 20)")
-    options.add_argument("--latency", type=float, default=0.2,
-                         help="seconds the HTTP model takes per call (default: 0.2)")
-    options.add_argument("--max-concurrency", type=int, default=256,
-                         help="calls in flight at most (default: 256)")
-    options.add_argument("--timeout", type=float, default=1800, help="seconds per command (default: 1800)")
-    options.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
+    http_model_options(options)
     options.add_argument("--only", choices=["scripted", "http"],
                          help="only the scripted command, or only the HTTP commands (default: both)")
     return options

@@ -209,18 +209,23 @@ def _ratio(runs: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str,
             "cpu_ms_per_call_after_start": over("cpu_ms_per_call_after_start"), "load": None, "ok": ""}
 
 
-def parser() -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(prog="python -m harness.bench versus",
-                                      description=__doc__.split("\n")[0].replace("`", ""))
-    options.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
-                         help="concurrent agent runs (inspect_ai samples), one row each (default: 1 64 256)")
-    options.add_argument("--calls", type=int, default=50, help="model calls per agent run (default: 50)")
+def http_model_options(options: argparse.ArgumentParser) -> None:
+    """The flags of the local HTTP model both tools call, and of the commands' runs (shared by `load`)."""
     options.add_argument("--latency", type=float, default=0.2,
                          help="seconds the model takes per call (default: 0.2)")
     options.add_argument("--max-concurrency", type=int, default=256,
                          help="calls in flight at most, for both tools (default: 256)")
     options.add_argument("--timeout", type=float, default=1800, help="seconds per command (default: 1800)")
     options.add_argument("--keep", type=Path, help="keep the commands' outputs and logs here")
+
+
+def parser() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(prog="python -m harness.bench versus",
+                                      description=__doc__.split("\n")[0].replace("`", ""))
+    options.add_argument("--runs", type=int, nargs="*", default=[1, 64, 256],
+                         help="concurrent agent runs (inspect_ai samples), one row each (default: 1 64 256)")
+    options.add_argument("--calls", type=int, default=50, help="model calls per agent run (default: 50)")
+    http_model_options(options)
     options.add_argument("--warm", action="store_true",
                          help="also measure the harness on a warm pool (python -m harness.warm start)")
     return options
