@@ -16,9 +16,9 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from envs.base import EnvEpisode, TaskView
 from envs.tool_calls import ToolCall
@@ -113,6 +113,9 @@ class Feedback(BaseModel):
 
     task: TaskView
     attempts: list[AttemptResult]
+    answer: str | None = None
+    """The task's reference answer, revealed after its final attempt with stream.feedback=answer
+    (online supervised learning); None with stream.feedback=outcome, the default."""
 
     @property
     def final(self) -> AttemptResult:
@@ -293,6 +296,74 @@ class Judge(Protocol):
     async def score(self, question: str, answer: str) -> float: ...
 
 
+class LearningExample(BaseModel):
+    """What a weight update learns from: to `messages` (the opening of an attempt), `reply`; for a
+    preference update, `reply` preferred to `rejected`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    messages: list[Message]
+    reply: str
+    rejected: str | None = None
+    source: Literal["own", "revealed"] = "own"
+    """own: a reply of the agent's that succeeded; revealed: the reference answer the task revealed
+    (Feedback.answer)."""
+
+
+class TrainOptions(BaseModel):
+    """How a weight update trains: the variant's `training` options (conf/variant/sft.yaml)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=8, gt=0)
+    learning_rate: float = Field(default=1e-3, gt=0)
+    rank: int = Field(default=8, gt=0)
+    alpha: float = Field(default=16.0, gt=0)
+    modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    max_examples: int = Field(default=32, gt=0)
+    """The most recent examples an update trains on."""
+    max_tokens: int = Field(default=512, gt=0)
+    """An example longer than this is cut, its prompt from the left."""
+    beta: float = Field(default=0.1, gt=0)
+    """DPO's temperature (dpo only)."""
+    threads: int = Field(default=1, gt=0)
+    """torch's threads during an update."""
+    memory_gb: float = Field(default=2.0, gt=0)
+    """What one learner's trainer is reserved (fp32 weights, an update, the optimiser's state): the
+    pool runs as many learners at once as the machine's memory holds at this size."""
+
+
+class WeightUpdate(BaseModel):
+    """One update as the agent sees it (its full row is the harness's: the `training` table)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    update: int
+    adapter: str
+    """sha256 of the adapter the run's calls are served with from now on."""
+    examples: int
+    loss_before: float | None
+    loss_after: float | None
+
+
+class Trainer(Protocol):
+    """The weights of the run's model, for agents that learn in them (variant=sft, dpo): each update
+    trains the run's own LoRA adapter from where it stands, and the run's later calls are answered by
+    the base model with it. The harness trains, prices, records and serves (harness/training/)."""
+
+    adapter: str | None
+    """The current adapter's hash; None: the base model."""
+
+    async def update(self, kind: Literal["sft", "dpo"], examples: list[LearningExample],
+                     options: TrainOptions) -> WeightUpdate: ...
+
+    def saved(self) -> Path | None:
+        """The current adapter's directory, for a snapshot to keep (None: the base model)."""
+
+    async def adopt(self, directory: Path | None) -> None:
+        """Serve and train on from the adapter saved in `directory` (a snapshot's); None: the base."""
+
+
 @dataclass
 class AgentContext:
     """What the harness gives every agent, apart from its own settings: the model, the run it
@@ -311,6 +382,9 @@ class AgentContext:
     endpoint: Callable[[], Awaitable[ModelEndpoint]] | None = None
     """Serves the run's model over HTTP while the run is live (outside agents call it); None
     where no run is live (a config check)."""
+    trainer: Trainer | None = None
+    """The run model's weights, for an agent whose class says it learns in them (`Agent.learns_weights`);
+    None for every other agent."""
 
 
 class LearntState(BaseModel):
@@ -376,6 +450,12 @@ class Agent(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """The run is over: release what the agent holds (an outside agent's process)."""
+
+    @classmethod
+    def learns_weights(cls, options: dict[str, Any]) -> bool:
+        """Whether an agent of this class built with `options` trains the model's weights (its context
+        then has a `trainer`; the model must be one whose weights the harness can load)."""
+        return False
 
     @classmethod
     def uses_embedder(cls, options: dict[str, Any]) -> bool:

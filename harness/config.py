@@ -123,6 +123,9 @@ class Price(_Strict):
     """Prompt tokens read from the provider's prompt cache; None: the input price."""
     cache_write_per_token: float | None = Field(default=None, ge=0)
     """Prompt tokens written to the provider's prompt cache; None: the input price."""
+    train_per_token: float = Field(default=0.0, ge=0)
+    """Tokens trained by a learner variant (harness/training/), each counted on every step it is
+    passed in; 0 by default: a local model's training costs seconds and FLOPs, not dollars."""
 
     def cost(self, prompt_tokens: int, completion_tokens: int, cache_read_tokens: int = 0,
              cache_write_tokens: int = 0) -> float:
@@ -259,6 +262,9 @@ class ModelSettings(EndpointSettings):
     """Native tool calls (litellm `tools`); false: the JSON-in-text protocol; None: litellm's map."""
     local_server: LocalServer | None = None
     scripted: Scripted | None = None
+    parameters: int | None = Field(default=None, gt=0)
+    """The model's parameter count, where known: a call's FLOPs (about 2 x parameters x tokens) are
+    counted with it (llm_calls.flops), and budget.max_flops needs it."""
 
     @property
     def is_scripted(self) -> bool:
@@ -319,6 +325,9 @@ class StreamSettings(_Strict):
     snapshot_every: int = Field(ge=0)
     repeats: int = Field(default=1, ge=1)
     """Times each agent run is run on the same tasks in the same order (the noise floor)."""
+    feedback: Literal["outcome", "answer"] = "outcome"
+    """What an agent learns after a task: `outcome`, whether each attempt succeeded; `answer`, also
+    the task's reference answer, revealed after its final attempt (online supervised learning)."""
 
     @field_validator("scenario")
     @classmethod
@@ -339,7 +348,13 @@ class BudgetSettings(_Strict):
     """Per agent run; null means no cap. Every purpose counts, not only acting."""
 
     max_tokens: int | None = Field(gt=0)
+    """Tokens of every call, and the tokens a learner variant trained on."""
     max_cost_usd: float | None = Field(gt=0)
+    """Dollars of every call, and of training at model.price.train_per_token."""
+    max_flops: float | None = Field(default=None, gt=0)
+    """Floating-point operations of inference (2 x parameters x tokens a call) and training (6 x
+    parameters x tokens trained, harness/training/accounting.py) together: compute as one budget for
+    in-context and in-weight learners alike. Needs model.parameters."""
 
 
 class RaySettings(_Strict):

@@ -16,7 +16,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import EnvEpisode, Environment
-from harness.agent_api import Agent, AgentContext, Guard, Judge, ModelClient, ModelEndpoint, Recorder
+from harness.agent_api import (
+    Agent,
+    AgentContext,
+    Guard,
+    Judge,
+    ModelClient,
+    ModelEndpoint,
+    Recorder,
+    Trainer,
+)
 from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.components import instantiate_component
 from harness.agent_run.gate import SealedGate
@@ -80,7 +89,8 @@ def build_judge(options: HarnessOptions, llm: ModelClient) -> ReferenceFreeJudge
 
 def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None = None,
                 env: Environment | None = None, judge: Judge | None = None,
-                endpoint: Callable[[], Awaitable[ModelEndpoint]] | None = None) -> Agent:
+                endpoint: Callable[[], Awaitable[ModelEndpoint]] | None = None,
+                trainer: Trainer | None = None) -> Agent:
     """The run's agent with its judge (the run's, else one of its own) and the guard on its
     self-edits: the safety check and, with `variant.gate=sealed` and an env to probe, the sealed
     gate on the run's tuning split."""
@@ -92,7 +102,7 @@ def build_agent(spec: AgentRunSpec, llm: ModelClient, recorder: Recorder | None 
     guard = Guard(safety=safety)
     context = AgentContext(llm=llm, seed=spec.seed, repeat=spec.repeat, run_id=spec.run_id,
                            workdir=Path(spec.workdir),
-                           guard=guard, recorder=recorder, judge=judge, endpoint=endpoint)
+                           guard=guard, recorder=recorder, judge=judge, endpoint=endpoint, trainer=trainer)
     agent: Agent = instantiate_component(own, "variant", Agent, context=context)
     if options.gate == "sealed" and not agent.gated_edits():
         _refuse(f"variant.gate=sealed: {type(agent).__name__} makes no self-edit the gate can audit (of the "

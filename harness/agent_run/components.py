@@ -41,6 +41,16 @@ def uses_embedder(variant: Component) -> bool:
     return bool(declared(variant.kwargs())) if callable(declared) else True
 
 
+def learns_weights(variant: Component) -> bool:
+    """Whether the variant's agent trains the model's weights (harness.agent_api.Agent.learns_weights)."""
+    try:
+        agent = get_class(variant.target)
+    except Exception:  # building the agent reports it, in one line
+        return False
+    declared = getattr(agent, "learns_weights", None)
+    return bool(declared(variant.kwargs())) if callable(declared) else False
+
+
 def models_in_use(settings: HarnessConfig) -> list[EndpointSettings]:
     """The models a job's runs call: its model, and its embedder where its variant embeds."""
     return [settings.model, *([settings.embedder] if uses_embedder(settings.variant) else [])]

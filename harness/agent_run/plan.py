@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.agent_run.components import env_keeps_order, uses_embedder
+from harness.agent_run.components import env_keeps_order, learns_weights, uses_embedder
 from harness.agent_run.snapshots import find_snapshot
 from harness.agent_run.spec import AgentRunSpec
 from harness.agent_run.streams import order_tasks, sample_tasks
 from harness.agent_run.tasks import resolve_defaults
 from harness.config import ConfigError, HarnessConfig, endpoint_key
+from harness.training.learner import LearnerSpec
 
 BEHAVIOUR_GROUPS = ("variant", "env", "stream", "model", "embedder", "budget")
 """Config groups whose values can change what a run does or spends. Left out: where outputs go, how
@@ -24,6 +25,14 @@ cache's billing policy is in, since it changes what a budget buys."""
 OUTPUT_ONLY = ("stream.snapshot_every", "stream.repeats")
 """Settings of a behaviour group that only decide what is saved, or how many times a run is made
 (each repeat has its own identity): not part of a run's identity."""
+
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "stream.feedback": "outcome", "budget.max_flops": None, "model.parameters": None,
+    "model.price.train_per_token": 0.0, "model.local_server.price.train_per_token": 0.0,
+    "embedder.price.train_per_token": 0.0}
+"""Settings added after runs were already recorded (weight learning, schema 9), left out of a run's
+identity at the value that behaves as before: a run directory written before them resumes, and a
+run's id stays what it was unless one of them is changed."""
 
 PACING = ("max_concurrency", "requests_per_minute")
 """Endpoint settings that pace calls without changing any answer: not part of a run's identity."""
@@ -37,13 +46,43 @@ def behaviour_settings(settings: HarnessConfig) -> dict[str, Any]:
         flat.update(_flatten(dumped[group], group))
     flat["cache.charge"] = settings.cache.charge
     pacing = {key for key in flat if key.startswith(("model.", "embedder.")) and key.endswith(PACING)}
-    return {key: value for key, value in flat.items() if key not in pacing and key not in OUTPUT_ONLY}
+    neutral = {key for key, value in NEUTRAL_DEFAULTS.items() if key in flat and flat[key] == value}
+    return {key: value for key, value in flat.items()
+            if key not in pacing and key not in OUTPUT_ONLY and key not in neutral}
 
 
 def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     if isinstance(value, dict) and value:
         return {k: v for key, item in value.items() for k, v in _flatten(item, f"{prefix}.{key}").items()}
     return {prefix: value}
+
+
+def learner_spec(settings: HarnessConfig) -> LearnerSpec | None:
+    """How a learner variant's weights are trained and served on this model; None for any other
+    variant. A model whose weights the harness cannot load is refused in one line."""
+    if not learns_weights(settings.variant):
+        return None
+    model = settings.model
+    local = model.local_server if model.serves_locally else None
+    price = local.price if local is not None else model.price
+    train_price = price.train_per_token if price is not None else 0.0
+    if model.is_scripted:
+        return LearnerSpec(backend="scripted", base=model.name, train_price=train_price,
+                           parameters=model.parameters)
+    if local is None:
+        raise ConfigError(f"invalid config: variant={settings.variant.name} learns in the model's weights, "
+                          f"and the harness cannot load the weights of {model.name}; learners run on "
+                          "model=smollm2 (the local model) or model=scripted (a scripted stand-in)")
+    from harness.models.model_server import ModelServerError, model_file
+    from harness.training.needs import require
+
+    require(f"variant={settings.variant.name}")
+    try:
+        gguf = str(model_file(local))
+    except ModelServerError as error:
+        raise ConfigError(f"invalid config: model.local_server: {error}") from None
+    return LearnerSpec(backend="transformers", base=f"{local.package}/{local.file}", gguf=gguf,
+                       train_price=train_price, parameters=model.parameters)
 
 
 def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
@@ -74,6 +113,7 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
     start_from = variant_cfg.pop("start_from", None)
     ordered = env_keeps_order(settings.env)
     embeds = uses_embedder(settings.variant)
+    learner = learner_spec(settings)
     for seed in settings.seeds:
         task_set = sample_tasks(pool, wanted, seed, ordered)
         for order_seed, repeat in itertools.product(stream.order_seeds or [seed], range(stream.repeats)):
@@ -100,5 +140,5 @@ def build_plan(settings: HarnessConfig, run_dir: Path) -> list[AgentRunSpec]:
                 transcripts=settings.output.transcripts, secret_env=settings.output.secret_env,
                 snapshot_every=stream.snapshot_every,
                 snapshot_of=source[0] if source else None, snapshot_position=source[1] if source else None,
-                start_from=str(source[2]) if source else None))
+                start_from=str(source[2]) if source else None, feedback=stream.feedback, learner=learner))
     return specs

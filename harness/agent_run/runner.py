@@ -47,8 +47,19 @@ from harness.models.model_client import (
     ModelUnavailable,
 )
 from harness.redact import RedactingSink, Redactor
-from harness.tables.records import AttemptRow, Episode, LLMCall, SnapshotRow, TranscriptRow, Usage
+from harness.tables.costs import add_costs
+from harness.tables.records import (
+    AttemptRow,
+    Episode,
+    LLMCall,
+    Record,
+    SnapshotRow,
+    TrainingRow,
+    TranscriptRow,
+    Usage,
+)
 from harness.text import safe_text
+from harness.training.run_trainer import RunTrainer, trainer_for
 
 
 class RecordSink(Protocol):
@@ -140,10 +151,14 @@ class EnvTuningSet(TuningSet):
 
 async def start_agent(spec: AgentRunSpec, llm: AgentModelClient, env: Environment,
                       recorder: Recorder, judge: Judge | None = None,
-                      endpoint: RunEndpoint | None = None) -> Agent:
+                      endpoint: RunEndpoint | None = None, trainer: RunTrainer | None = None) -> Agent:
     """A new agent for the run: fresh, or with the learnt state of the snapshot it starts from;
-    with `variant.gate=sealed`, its sealed gate on the run's tuning split."""
-    agent = build_agent(spec, llm, recorder, env, judge, endpoint.open if endpoint is not None else None)
+    with `variant.gate=sealed`, its sealed gate on the run's tuning split. A learner's weights start
+    from the base model (a fresh agent) or the snapshot's adapter."""
+    if trainer is not None:
+        await trainer.adopt(None)
+    agent = build_agent(spec, llm, recorder, env, judge, endpoint.open if endpoint is not None else None,
+                        trainer)
     if spec.start_from is not None:
         await load_snapshot(agent, Path(spec.start_from))
     return agent
@@ -178,20 +193,24 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
     judge = build_judge(options, llm)  # one per run: it scores the trials and serves the agent
     episodes = EpisodeRunner(spec, env, llm, sink, recorder, judge, options.reward_source)
     endpoint = RunEndpoint(llm, spec.secret_env)  # served only if an outside agent asks for it
+    trainer = trainer_for(spec.learner, llm, recorder, spec.run_id, Path(spec.workdir), spec.seed) \
+        if spec.learner is not None else None
     hosted: list[Agent] = []
     try:
-        hosted.append(await start_agent(spec, llm, env, recorder, judge, endpoint))
-        return await _run_stream(spec, llm, env, recorder, judge, episodes, endpoint, hosted)
+        hosted.append(await start_agent(spec, llm, env, recorder, judge, endpoint, trainer))
+        return await _run_stream(spec, llm, env, recorder, judge, episodes, endpoint, hosted, trainer)
     finally:
         for agent in hosted:
             with contextlib.suppress(Exception):  # what ended the run is what to report
                 await agent.close()
         await endpoint.close()
+        if trainer is not None:
+            await trainer.close()
 
 
 async def _run_stream(spec: AgentRunSpec, llm: AgentModelClient, env: Environment, recorder: Recorder,
                       judge: Judge | None, episodes: EpisodeRunner, endpoint: RunEndpoint,
-                      hosted: list[Agent]) -> RunOutcome:
+                      hosted: list[Agent], trainer: RunTrainer | None) -> RunOutcome:
     agent = hosted[0]
     probes = probe_points(spec)
     snapshots = snapshot_points(spec)
@@ -205,7 +224,7 @@ async def _run_stream(spec: AgentRunSpec, llm: AgentModelClient, env: Environmen
             return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
         if spec.scenario == "isolated" and position > 0:  # fresh: nothing learnt carries over
             await hosted.pop().close()
-            agent = await start_agent(spec, llm, env, recorder, judge, endpoint)
+            agent = await start_agent(spec, llm, env, recorder, judge, endpoint, trainer)
             hosted.append(agent)
         fresh = position == 0 or spec.scenario == "isolated"
         await episodes.run(agent, task, position, prepare=tune and fresh, snapshot=position in snapshots)
@@ -275,7 +294,8 @@ class EpisodeRunner:
             agent.stream_position = position
             results = await agent.run_task(trial)
             if not probe and not spec.frozen:  # probes measure what the agent kept; they must not teach it
-                await agent.learn(Feedback(task=trial.task, attempts=results))
+                answer = task.answer if spec.feedback == "answer" else None
+                await agent.learn(Feedback(task=trial.task, attempts=results, answer=answer))
         except ModelUnavailable:
             raise  # no task can succeed: the run stops, and a resume runs this episode again
         except ModelCallError as failure:
@@ -301,8 +321,9 @@ class EpisodeRunner:
                 error = error or f"saving the snapshot failed: {one_line(failure)}"
         calls = llm.take_records()
         transcripts = llm.take_transcripts()
+        made = self.recorder.take()
         episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
-                                  started_at, time.perf_counter() - clock)
+                                  started_at, time.perf_counter() - clock, made.get(TrainingRow.table, []))
         where = {"run_id": spec.run_id, "episode_id": this_episode, "task_id": task.task_id,
                  "stream_position": position}
         sink.append(LLMCall.table, [call.model_dump() for call in calls])
@@ -312,7 +333,7 @@ class EpisodeRunner:
                        success=r.success, score=r.score, judge_score=r.judge_score, reward=r.reward,
                        steps=r.steps, reflection=r.reflection, score_reason=r.score_reason).model_dump()
             for r in results])
-        for table, rows in self.recorder.take().items():
+        for table, rows in made.items():
             sink.append(table, [row.model_dump() for row in rows])
         sink.append(SnapshotRow.table, saved)
         sink.append(Episode.table, [episode.model_dump()])
@@ -320,9 +341,10 @@ class EpisodeRunner:
 
 def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: str, position: int,
                     probe: bool, results: list[AttemptResult], calls: list[LLMCall], error: str | None,
-                    started_at: dt.datetime, latency_s: float) -> Episode:
+                    started_at: dt.datetime, latency_s: float, updates: Sequence[Record] = ()) -> Episode:
     final = results[-1] if results else None
     usage = _sum_usage(calls)
+    trained = [row for row in updates if isinstance(row, TrainingRow)]
     act = _sum_usage([c for c in calls if c.purpose == "act"])
     overhead = _sum_usage([c for c in calls if c.purpose != "act"])
     return Episode(
@@ -339,7 +361,11 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         cache_write_tokens=usage.cache_write_tokens, reasoning_tokens=usage.reasoning_tokens,
         act_tokens=act.total_tokens,
         act_cost_usd=act.cost_usd, overhead_tokens=overhead.total_tokens,
-        overhead_cost_usd=overhead.cost_usd, memory_size=agent.memory_size(), protocol=agent.protocol,
+        overhead_cost_usd=overhead.cost_usd, flops=usage.flops,
+        train_tokens=sum(row.tokens_trained for row in trained),
+        train_cost_usd=sum(row.cost_usd for row in trained),
+        train_flops=add_costs(*(row.flops for row in trained)),
+        memory_size=agent.memory_size(), protocol=agent.protocol,
         view=spec.view, snapshot_of=spec.snapshot_of, snapshot_position=spec.snapshot_position,
         latency_s=latency_s, error=one_line(error) if error else None,
         started_at=started_at, finished_at=utc_now())

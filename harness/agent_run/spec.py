@@ -3,13 +3,14 @@ the episodes it writes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import Task
 from harness.config import BudgetSettings, CacheSettings
 from harness.models.param_map import ParamMap
+from harness.training.learner import LearnerSpec
 
 
 class AgentRunSpec(BaseModel):
@@ -79,6 +80,10 @@ class AgentRunSpec(BaseModel):
     repeat: int = 0
     """Which repeat of its agent run this is (stream.repeats): 0 for the first; the same tasks in the
     same order, its own sampling seed and response-cache scope."""
+    feedback: Literal["outcome", "answer"] = "outcome"
+    """stream.feedback: with `answer`, an agent's Feedback reveals the task's reference answer."""
+    learner: LearnerSpec | None = None
+    """For an agent that learns in its weights: how they are trained and served; None otherwise."""
     finished: list[str] = []
     """Episode ids already written by an earlier, interrupted run of this job (resume replays them
     without writing them again)."""

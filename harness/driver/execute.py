@@ -197,7 +197,8 @@ def _run_rows(specs: list[AgentRunSpec], described_runs: Collection[str],
               identity: JobIdentity) -> list[dict[str, Any]]:
     """A `runs` row for each agent run not already described there (a resume adds none)."""
     return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
-                   repeat=s.repeat, scenario=s.scenario, model=s.model, job=identity.number,
+                   repeat=s.repeat, scenario=s.scenario, feedback=s.feedback, model=s.model,
+                   job=identity.number,
                    overrides=" ".join(identity.overrides),
                    model_params=json.dumps(s.model_params, sort_keys=True, default=str),
                    settings=json.dumps(s.settings, sort_keys=True),

@@ -47,6 +47,8 @@ def request_key(settings: EndpointSettings, request: CallRequest) -> str:
                                 "texts": request.texts, "params": request.params}
     if request.cache_scope:  # else the key a run without repeats has always had
         identity["scope"] = request.cache_scope
+    if request.adapter is not None:  # other weights: another model
+        identity["adapter"] = request.adapter.hash
     if isinstance(settings, ModelSettings):
         if settings.scripted is not None:  # its rules may answer by purpose
             identity["scripted"] = settings.scripted.model_dump()

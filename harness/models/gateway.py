@@ -38,6 +38,7 @@ from harness.config import (
     endpoint_key,
 )
 from harness.errors import one_line
+from harness.models.adapters import AdapterLoads
 from harness.models.cache import CachedAnswer, ResponseCache, cacheable, request_key
 from harness.models.direct import PROVIDER as DIRECT_PROVIDER
 from harness.models.direct import DirectChat, ParamMap, may_have_a_price
@@ -235,6 +236,8 @@ class Gateway:
         self.in_process: dict[str, Any] = {}
         """The in-process providers this gateway made (`provider`), by prefix."""
         self._embedding_service: Any = None
+        self.adapters = AdapterLoads()
+        """The LoRA adapters each server has been asked to load (learner runs')."""
         self.register(models, local_servers, answer_key)
 
     def register(self, models: list[EndpointSettings], local_servers: dict[str, str] | None = None,
@@ -298,12 +301,13 @@ class Gateway:
                                 f"UnknownModel: the gateway serves {sorted(self._first_key)}, not "
                                 f"{request.model!r}", cached=False)
         try:
-            return await self._answer(key, settings, request, started_at)
+            result = await self._answer(key, settings, request, started_at)
         except GatewayUnavailable:
             raise  # the shared limits are gone: the run stops (and a resume carries on)
         except Exception as error:  # a harness bug after sending: the call may be billed, so record it
-            return self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0.0, 0,
-                                f"GatewayError: {one_line(error)}", cached=False)
+            result = self._result(request, started_at, NO_ANSWER, None, 0.0, 0.0, 0.0, 0,
+                                  f"GatewayError: {one_line(error)}", cached=False)
+        return _with_compute(result, request, getattr(settings, "parameters", None))
 
     async def _answer(self, key: str, settings: EndpointSettings, request: CallRequest,
                       started_at: dt.datetime) -> CallResult:
@@ -386,14 +390,37 @@ class Gateway:
             "timeout": settings.timeout_s, "num_retries": 0}
         if request.kind == "embed":
             return _litellm().aembedding(input=request.texts, **endpoint, **request.params)
+        if request.adapter is not None and not _in_process(settings.name):
+            return self._send_adapted(endpoint, settings, request)
         api_key = endpoint["api_key"] or os.environ.get("OPENAI_API_KEY")
         if (self.direct is not None and endpoint["api_base"] and api_key
                 and self.takes_direct(endpoint["model"], request)):
             return self.direct.complete(endpoint["model"], endpoint["api_base"], api_key, settings.timeout_s,
                                         request.messages, request.params)
         if _in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
-            endpoint["metadata"] = {"purpose": request.purpose}
+            endpoint["metadata"] = {"purpose": request.purpose,
+                                    "adapter": request.adapter.path if request.adapter is not None else None}
         return _litellm().acompletion(messages=request.messages, **endpoint, **request.params)
+
+    async def _send_adapted(self, endpoint: dict[str, Any], settings: EndpointSettings,
+                            request: CallRequest) -> Any:
+        """A call served with a learner's LoRA adapter: the server (the local llama.cpp server, or a
+        vLLM server started with --enable-lora) is asked to load it once, by vLLM's
+        `POST /v1/load_lora_adapter`, and the call names it as its model."""
+        adapter = request.adapter
+        assert adapter is not None
+        if not endpoint["api_base"]:
+            raise ValueError(f"{settings.name} is served by no server the harness can load a LoRA adapter "
+                             "onto (learners need model=smollm2 or a vLLM server's model.api_base)")
+        await self.adapters.load(endpoint["api_base"], endpoint["api_key"] or LOCAL_API_KEY, adapter.name,
+                                 adapter.path)
+        provider = endpoint["model"].split("/", 1)[0]
+        served = {**endpoint, "model": f"{provider}/{adapter.name}"}
+        api_key = served["api_key"] or os.environ.get("OPENAI_API_KEY")
+        if self.direct is not None and api_key and self.takes_direct(served["model"], request):
+            return await self.direct.complete(served["model"], served["api_base"], api_key,
+                                              settings.timeout_s, request.messages, request.params)
+        return await _litellm().acompletion(messages=request.messages, **served, **request.params)
 
     def takes_direct(self, route: str, request: CallRequest) -> bool:
         """Whether the call goes on the lean path (harness/models/direct.py), given a server."""
@@ -452,6 +479,16 @@ class Gateway:
         except Exception:
             self._unpriced.add(model)
             return None
+
+
+def _with_compute(result: CallResult, request: CallRequest, parameters: int | None) -> CallResult:
+    """The record with the adapter the call was served with and its FLOPs (2 x parameters x tokens:
+    a forward pass per token, prompt and reply), where the model's parameter count is known."""
+    record = result.record
+    flops = 2.0 * parameters * record.total_tokens if parameters else None
+    adapter = request.adapter.hash if request.adapter is not None else None
+    record = record.model_copy(update={"flops": flops, "adapter": adapter})
+    return result.model_copy(update={"record": record})
 
 
 def _safe_call(call: ToolCall) -> ToolCall:

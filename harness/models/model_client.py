@@ -25,6 +25,19 @@ BUDGET_EXHAUSTED = "BudgetExhausted"
 """Prefix of the error of a call the gateway refused because the run's budget was spent."""
 
 
+class ServedAdapter(BaseModel):
+    """A LoRA adapter a learner run's calls are served with (harness/training/run_trainer.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """What the server knows it by (vLLM's `lora_name`; the request's model)."""
+    hash: str
+    """sha256 of its weights (llm_calls.adapter)."""
+    path: str
+    """Its directory: peft's files, the GGUF LoRA, or the scripted stand-in's examples."""
+
+
 class CallRequest(BaseModel):
     """One model call as sent to the gateway, with everything it is attributed to."""
 
@@ -51,6 +64,8 @@ class CallRequest(BaseModel):
     another repeat's cached answer. Never sent to the model."""
     run_in_flight: int = 0
     """Calls of the same run already in flight when this one was admitted (see LLMCall)."""
+    adapter: ServedAdapter | None = None
+    """Serve the call with this LoRA adapter on the base model (a learner run's); None: the base."""
 
 
 class CallResult(BaseModel):
@@ -125,6 +140,8 @@ class AgentModelClient:
         self._records: list[LLMCall] = []
         self._transcripts: list[TranscriptRow] = []
         self._in_flight: set[asyncio.Future[CallResult]] = set()
+        self.adapter: ServedAdapter | None = None
+        """The adapter this run's chat calls are served with (a learner's latest update); None: the base."""
 
     def start_episode(self, episode_id: str, task_id: str) -> None:
         self.episode_id = episode_id
@@ -154,6 +171,7 @@ class AgentModelClient:
                               cache_scope=self.cache_scope,
                               purpose=purpose, run_id=self.run_id, episode_id=self.episode_id,
                               task_id=self.task_id, attempt=self.attempt, cache=self.cache,
+                              adapter=self.adapter,
                               params={key: value for key, value in {**self.default_params, **params}.items()
                                       if key not in self.refused_params})
         result = await self._call(request)

@@ -67,7 +67,7 @@ class LocalModelServer:
     def start(self) -> LocalModelServer:
         path = model_file(self.settings)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
+        command = [sys.executable, "-m", "harness.models.adapter_server", "--model", str(path),
                    "--model_alias", self.settings.alias, "--host", "127.0.0.1",
                    "--port", str(self.port), "--n_threads", str(self.settings.n_threads),
                    "--n_ctx", str(self.settings.n_ctx), *SERVER_FLAGS]

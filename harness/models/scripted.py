@@ -14,6 +14,9 @@ name marks every row as scripted. Its policy:
   `tools`, else JSON in the text (envs/tool_calls.py), so both protocols are testable offline;
 - a call that matches one of its `rules` (by purpose, which the gateway passes to in-process
   providers, and by a text the prompt contains) gets that rule's fixed reply, before anything else;
+- a call served with a scripted LoRA adapter (a learner's: harness/training/run_trainer.py) whose
+  examples hold the call's last user turn gets the reply it was trained on, as a fine-tuned model
+  would give its training reply, before the default policy;
 - a yes/no grading request (it asks for "YES or NO") is answered YES: a maximally lenient
   self-judge, the case in which self-graded rewards inflate;
 - anything else gets a deterministic filler reply;
@@ -24,9 +27,11 @@ name marks every row as scripted. Its policy:
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import litellm
@@ -38,6 +43,20 @@ from envs.tool_calls import ToolCall, text_call
 from harness.models.providers import InProcessProvider
 
 WRONG_ANSWER = "I am not sure."
+SCRIPTED_ADAPTER = "scripted_adapter.json"
+"""The scripted stand-in of a LoRA adapter, in the adapter's directory: {"replies": {turn: reply}}."""
+
+
+def last_user_turn(messages: list[dict[str, Any]]) -> str:
+    """What a scripted adapter keys a reply by."""
+    return next((str(m.get("content") or "") for m in reversed(messages) if m["role"] == "user"), "")
+
+
+@functools.cache
+def adapter_replies(directory: str) -> dict[str, str]:
+    """The replies a scripted adapter was trained on (an adapter's directory never changes: its name
+    is the hash of what made it)."""
+    return dict(json.loads((Path(directory) / SCRIPTED_ADAPTER).read_text())["replies"])
 
 
 def _unit_hash(*parts: str) -> float:
@@ -65,13 +84,16 @@ class ScriptedLLM(CustomLLM):
         return text if not calls else ""
 
     def respond(self, messages: list[dict[str, Any]], params: dict[str, Any] | None = None,
-                purpose: str | None = None) -> tuple[str, list[ToolCall]]:
-        """The reply's text and its native tool calls."""
+                purpose: str | None = None, adapter: str | None = None) -> tuple[str, list[ToolCall]]:
+        """The reply's text and its native tool calls (`adapter`: the directory of the scripted
+        adapter the call is served with)."""
         params = params or {}
         prompt = "\n".join(str(m.get("content") or "") for m in messages)
         for rule in self.rules:
             if rule.purpose in (None, purpose) and (rule.contains is None or rule.contains in prompt):
                 return rule.reply, []
+        if adapter is not None and (trained := adapter_replies(adapter).get(last_user_turn(messages))):
+            return trained, []
         user_turns = [str(m.get("content") or "") for m in messages if m["role"] == "user"]
         last_user = user_turns[-1] if user_turns else ""
         if "YES or NO" in last_user:
@@ -126,7 +148,8 @@ class ScriptedLLM(CustomLLM):
             await asyncio.sleep(self.latency_s)
         self._maybe_fail(messages, model)
         metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
-        text, calls = self.respond(messages, optional_params, metadata.get("purpose"))
+        text, calls = self.respond(messages, optional_params, metadata.get("purpose"),
+                                   metadata.get("adapter"))
         prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages,
                                               tools=optional_params.get("tools"))
         said = text + "".join(c.name + c.arguments for c in calls)

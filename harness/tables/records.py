@@ -20,7 +20,7 @@ from harness.tables.costs import add_costs
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
@@ -55,6 +55,8 @@ class Usage(BaseModel):
     cache_read_tokens: int | None = 0
     cache_write_tokens: int | None = 0
     reasoning_tokens: int | None = 0
+    flops: float | None = 0.0
+    """Estimated floating-point operations (LLMCall.flops); None once one is unknown."""
 
     @property
     def total_tokens(self) -> int:
@@ -69,6 +71,7 @@ class Usage(BaseModel):
             cache_read_tokens=add_counts(self.cache_read_tokens, other.cache_read_tokens),
             cache_write_tokens=add_counts(self.cache_write_tokens, other.cache_write_tokens),
             reasoning_tokens=add_counts(self.reasoning_tokens, other.reasoning_tokens),
+            flops=add_costs(self.flops, other.flops),
         )
 
 
@@ -163,13 +166,19 @@ class LLMCall(Record):
     be overshot by)."""
     started_at: dt.datetime
     """UTC time the call was sent."""
+    adapter: str | None = None
+    """The sha256 of the LoRA adapter the call was served with (a learner variant's, the `training`
+    table's `adapter`); null: the base model."""
+    flops: float | None = None
+    """Floating-point operations of the call, estimated as 2 x model.parameters x total_tokens (a
+    forward pass per token); null where the model's parameter count is not known."""
 
     @property
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                      cost_usd=self.cost_usd, latency_s=self.latency_s,
                      cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
-                     reasoning_tokens=self.reasoning_tokens)
+                     reasoning_tokens=self.reasoning_tokens, flops=self.flops)
 
 
 class InterruptedCall(LLMCall):
@@ -288,6 +297,15 @@ class Episode(Record):
     """total_tokens of this episode's self-improvement calls (every purpose but act)."""
     overhead_cost_usd: float | None
     """cost_usd of this episode's self-improvement calls (every purpose but act)."""
+    flops: float | None = None
+    """Sum of flops over this episode's llm_calls rows; null if any is unknown."""
+    train_tokens: int = 0
+    """Tokens a learner variant trained on after this task (the `training` rows of this episode);
+    counted in the token budget beside total_tokens, which counts calls only."""
+    train_cost_usd: float = 0.0
+    """cost_usd of this episode's `training` rows (model.price.train_per_token)."""
+    train_flops: float | None = 0.0
+    """flops of this episode's `training` rows; null if any is unknown."""
     memory_size: int | None
     """Items the agent keeps after it learnt from this task: memory items (plus playbook bullets or
     library skills for those variants); null for variants that keep none."""
@@ -678,6 +696,65 @@ class SnapshotRow(Record):
     """UTC time it was written."""
 
 
+class TrainingRow(Record):
+    """One weight update of a learner variant (variant=sft, dpo): what it trained on, what it cost,
+    and the adapter it made (harness/training/)."""
+
+    table: ClassVar[str] = "training"
+
+    run_id: str
+    """Agent run id (join to episodes and llm_calls)."""
+    episode_id: str
+    """The episode after whose task the update ran (its learning step)."""
+    task_id: str
+    """That episode's task."""
+    stream_position: int
+    """That episode's position in the stream."""
+    update: int
+    """1 for the run's first update, then 2, 3, ..."""
+    kind: Literal["sft", "dpo"]
+    """sft: supervised fine-tuning on chat examples; dpo: preference pairs (chosen over rejected)."""
+    trainer: str
+    """What trained: `transformers` (peft LoRA on the base model's weights) or `scripted` (the
+    scripted model's stand-in, which remembers its examples and trains nothing)."""
+    examples: int
+    """Examples (sft) or pairs (dpo) the update trained on."""
+    examples_own: int
+    """Of them, the agent's own replies that succeeded (rejection sampling, as STaR / ReST-EM)."""
+    examples_revealed: int
+    """Of them, built on a reference answer revealed after the task (stream.feedback=answer)."""
+    steps: int
+    """Optimiser steps."""
+    tokens_trained: int
+    """Tokens passed through forward and backward passes, summed over steps (prompt and reply;
+    dpo: chosen and rejected)."""
+    loss_before: float | None
+    """The training loss at the first step (sft: cross-entropy on the replies; dpo: the DPO loss);
+    null for the scripted trainer."""
+    loss_after: float | None
+    """The loss after the last step; null for the scripted trainer."""
+    wall_s: float
+    """Seconds the update took (training, the adapter's export)."""
+    cpu_s: float
+    """CPU seconds of the update, all the trainer's threads."""
+    flops: float | None
+    """6 x trainable-path parameters x tokens_trained + 2 x parameters x forward-only tokens
+    (docs/weights.md, "How an update is priced"); null for the scripted trainer without
+    model.parameters."""
+    cost_usd: float
+    """tokens_trained x model.price.train_per_token."""
+    adapter: str
+    """sha256 of the adapter's weights after the update; calls served with it carry it in
+    llm_calls.adapter."""
+    previous_adapter: str | None
+    """The adapter the update started from; null: the base model."""
+    reused: bool
+    """The adapter was found on disk from an identical update (a resumed run replaying its stream):
+    not trained again, its figures those of the update that made it."""
+    started_at: dt.datetime
+    """UTC time the update started."""
+
+
 class RunRow(Record):
     """One agent run and every setting that shapes its behaviour: join any table on `run_id` to
     compare runs by what they were configured with (e.g. a swept `variant.max_attempts`)."""
@@ -699,6 +776,9 @@ class RunRow(Record):
     """Which repeat of the agent run (stream.repeats); 0 for the first."""
     scenario: str
     """Stream scenario: sequential, interleaved or isolated."""
+    feedback: str = "outcome"
+    """stream.feedback: outcome (each attempt's success) or answer (also the reference answer,
+    revealed after the task's final attempt)."""
     model: str
     """litellm model string of the acting model."""
     job: int | None
@@ -719,7 +799,8 @@ class RunRow(Record):
 
 TABLES: dict[str, type[Record]] = {model.table: model for model in (
     Episode, AttemptRow, StepRow, LLMCall, InterruptedCall, TranscriptRow, MemoryEventRow, PromptRow,
-    PlaybookEventRow, SkillEventRow, ToolEventRow, GateEventRow, SafetyEventRow, SnapshotRow, RunRow)}
+    PlaybookEventRow, SkillEventRow, ToolEventRow, GateEventRow, SafetyEventRow, SnapshotRow, TrainingRow,
+    RunRow)}
 
 
 class AgentRunInfo(BaseModel):

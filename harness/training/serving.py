@@ -11,12 +11,11 @@ and llama-cpp-python would otherwise reuse a matching prompt prefix from them.
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from harness.models.adapter_server import LoraSwitch
 from harness.training.base_model import base_gguf
 
 
@@ -44,30 +43,13 @@ class AdaptedLlama:
 
         self.llm = Llama(model_path=str(gguf or base_gguf()), n_ctx=n_ctx, n_threads=n_threads,
                          n_threads_batch=n_threads, seed=seed, logits_all=False, verbose=False)
-        self._loaded: dict[tuple[Path, int], Any] = {}
+        self.switch = LoraSwitch()
         self.adapter: Path | None = None
 
     def use(self, adapter: Path | None, scale: float = 1.0) -> None:
         """Answer from now on with `adapter` (a GGUF LoRA file) at `scale`, or with the base (None)."""
-        import llama_cpp
-
-        if adapter is None:
-            failed = llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, None, 0, None)
-        else:
-            adapter = Path(adapter).resolve()
-            key = (adapter, adapter.stat().st_mtime_ns)
-            if key not in self._loaded:
-                loaded = llama_cpp.llama_adapter_lora_init(self.llm._model.model, str(adapter).encode())
-                if not loaded:
-                    raise RuntimeError(f"llama.cpp could not load the LoRA adapter {adapter}")
-                self._loaded[key] = loaded
-            handles = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._loaded[key])
-            scales = (ctypes.c_float * 1)(scale)
-            failed = llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, handles, 1, scales)
-        if failed:
-            raise RuntimeError(f"llama.cpp could not set the adapter {adapter} on its context")
-        self.llm.reset()
-        self.adapter = adapter
+        self.switch.use(self.llm, adapter, scale)
+        self.adapter = self.switch.current
 
     def chat(self, messages: list[dict[str, str]], max_tokens: int = 32) -> str:
         """The greedy reply to `messages` (the model's chat template), with the current adapter."""
@@ -90,11 +72,5 @@ class AdaptedLlama:
         return Generated(tokens=tokens, prompt_s=first - start, decode_s=end - first)
 
     def close(self) -> None:
-        import llama_cpp
-
-        if self.adapter is not None:
-            self.use(None)
-        for loaded in self._loaded.values():
-            llama_cpp.llama_adapter_lora_free(loaded)
-        self._loaded.clear()
+        self.switch.close(self.llm)
         self.llm.close()
