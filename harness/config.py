@@ -423,6 +423,13 @@ class HarnessConfig(_Strict):
             raise ValueError(f"seeds must be distinct, got {value}")
         return value
 
+    @model_validator(mode="after")
+    def _flops_need_parameters(self) -> HarnessConfig:
+        if self.budget.max_flops is not None and self.model.parameters is None:
+            raise ValueError("budget.max_flops needs model.parameters (the model's parameter count), "
+                             "which a call's FLOPs are counted with")
+        return self
+
     @classmethod
     def from_dictconfig(cls, cfg: DictConfig) -> HarnessConfig:
         # Hydra's own section may hold values only known inside a running job (its output dir).

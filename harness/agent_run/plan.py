@@ -22,12 +22,13 @@ Ray is used, progress bars, and the cache's location (answers are the same with 
 cache's billing policy is in, since it changes what a budget buys."""
 
 
-OUTPUT_ONLY = ("stream.snapshot_every", "stream.repeats")
-"""Settings of a behaviour group that only decide what is saved, or how many times a run is made
-(each repeat has its own identity): not part of a run's identity."""
+OUTPUT_ONLY = ("stream.snapshot_every", "stream.repeats", "model.parameters")
+"""Settings of a behaviour group that only decide what is saved (the parameter count: the FLOPs
+columns), or how many times a run is made (each repeat has its own identity): not part of a run's
+identity."""
 
 NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "stream.feedback": "outcome", "budget.max_flops": None, "model.parameters": None,
+    "stream.feedback": "outcome", "budget.max_flops": None,
     "model.price.train_per_token": 0.0, "model.local_server.price.train_per_token": 0.0,
     "embedder.price.train_per_token": 0.0}
 """Settings added after runs were already recorded (weight learning, schema 9), left out of a run's

@@ -205,8 +205,10 @@ class TransformersBackend:
             log.warning("learner run %s waits for memory: its trainer is reserved %.1f GB "
                         "(variant.training.memory_gb) and %.1f GB of the cluster's are free; it starts "
                         "when another learner ends", self.run_id, options.memory_gb, free / 2**30)
-        actor = ray.remote(LoraWeights).options(num_cpus=0, memory=need, name=None,
-                                                max_concurrency=1)
+        # Its own process: transformers' progress bars for the GGUF's de-quantisation would go to
+        # the driver's console through Ray's log forwarding.
+        actor = ray.remote(LoraWeights).options(num_cpus=0, memory=need, max_concurrency=1,
+                                                runtime_env={"env_vars": {"TQDM_DISABLE": "1"}})
         return actor.remote(self.gguf, self.seed)
 
     async def close(self) -> None:

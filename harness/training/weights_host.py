@@ -11,6 +11,7 @@ as a GGUF LoRA (which the local llama.cpp server loads).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,11 @@ class LoraWeights:
 
     def __init__(self, gguf: str | None = None, seed: int = 0) -> None:
         require("a learner variant")
+        # Said once per update otherwise, about what is expected here: transformers' deprecated name
+        # that peft still calls, and peft finding no config.json beside a GGUF (its vocabulary is the
+        # base's, unchanged).
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        warnings.filterwarnings("ignore", message="Could not find a config file")
         self.gguf = Path(gguf) if gguf else None
         self.seed = seed
         self.model: Any = None
