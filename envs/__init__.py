@@ -1,1 +1,10 @@
-"""Environments: one module per family, each configured by conf/env/<name>.yaml."""
+"""Environments: one module per family, each configured by conf/env/<name>.yaml.
+
+Each derives from `base` (`Environment`: tasks, episodes and their scores), and imports nothing of
+the harness or the agents; a single-turn task is scored by a scorer of `scorers`; `tool_calls` are
+the function calls between an agent and an environment whose actions are tool calls. The face
+(`__all__`) is those and the environments.
+"""
+
+__all__ = ["base", "countries", "dataset", "jsonl", "reasoning_gym", "safety", "scienceworld", "scorers",
+           "textworld", "tool_calls", "tools"]

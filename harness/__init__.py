@@ -3,9 +3,17 @@
 Importing it sets the environment variables of HARNESS_ENV in this process's `os.environ` (each only
 where the user has not set it): they must be in place before anything imports litellm or starts Ray,
 and every Ray worker inherits them.
+
+Its face (`__all__`): `agent_api`, the one module agents import; the commands (`python -m harness`,
+`harness.report`, `harness.view`, `harness.evaluate`, `harness.bench`, `harness.warm`); `driver` and
+`tables`, which Hydra's launcher and callbacks and a table of one's own reach; and `HARNESS_ENV`.
+Each subpackage names its own face in its `__all__` in turn.
 """
 
 import os
+
+__all__ = ["HARNESS_ENV", "USER_SET", "__version__", "agent_api", "bench", "driver", "evaluate",
+           "harness_env", "report", "tables", "view", "warm"]
 
 # Set before anything imports litellm or starts Ray, so that every Ray worker inherits them:
 # litellm would fetch its price list from the network at import; Ray 2.60 would turn on token

@@ -1,12 +1,12 @@
 """Scorers: how a reply to a single-turn task is scored, one registry for every environment.
 
 A scorer is one class in one module of this package (or of any importable module, named as
-`package.module:Class`): it derives from `Scorer`, says its `name`, and turns a reply and the task
-into a `Verdict` (a score in [0, 1], whether it counts as a success, the answer it read and a
-one-line reason, which lands in `attempts.score_reason`). A new scorer needs no edit elsewhere:
+`package.module:Class`): it derives from `Scorer`, says its name (`Scorer.name`), and turns a reply
+and the task into a `Verdict` (a score in [0, 1], whether it counts as a success, the answer it read
+and a one-line reason, which lands in attempts.score_reason). A new scorer needs no edit elsewhere:
 `scorer(name)` finds it by importing this package's modules. A reply a scorer cannot read is a
 failed verdict with its reason, never an exception; a reference it cannot read is refused before
-the run starts (`check_reference`, a ValueError naming what is wrong).
+the run starts (`Scorer.check_reference`, a ValueError naming what is wrong).
 
 Configs name a scorer as a string (`exact`) or a mapping with its options
 (`{name: numeric, tolerance: 0.01}`).

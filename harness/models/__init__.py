@@ -1,8 +1,15 @@
 """Models: the one door (`gateway`) and everything behind it; the only package that imports litellm.
 
-`gateway` sends every call through litellm with retries and accounts it in one row; `model_client`
-is what agents hold (`await llm.complete(...)`); `limits` (shared concurrency, pacing, 429 back-off),
-`budget` (the run's ledger) and `cache` (the response cache) sit on the way; `providers`,
-`scripted`, `embeddings` and `minilm` answer inside the process; `model_server` starts the local
-llama.cpp server; `local_http` and `wire_server` are local HTTP models for tests and the bench.
+`gateway` sends every call through litellm with retries and accounts it in one row (`direct` is its
+lean path to an OpenAI-compatible server, sending parameters as `param_map` says litellm would);
+`model_client` is what agents hold (`await llm.complete(...)`); `limits` (shared concurrency, pacing,
+429 back-off), `budget` (the run's ledger), `cache` (the response cache) and `loop_clock` (which
+seconds of a call were the harness's) sit on the way; `providers`, `scripted`, `embeddings` and
+`minilm` answer inside the process; `model_server` starts the local llama.cpp server
+(`adapter_server`, which serves LoRA adapters too, each loaded by the gateway through `adapters`);
+`local_http` and `wire_server` are local HTTP models for tests and the bench. Nothing here imports
+litellm on import of the package; its face (`__all__`) is the modules the other rooms use.
 """
+
+__all__ = ["adapter_server", "gateway", "limits", "local_http", "minilm", "model_client", "model_server",
+           "param_map", "scripted"]

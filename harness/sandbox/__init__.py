@@ -27,8 +27,8 @@ returned, as `{"nonce": ..., "value": ...}` with a nonce drawn for the run; anyt
 and exits, or writes to a descriptor it guesses, gets no value. The nonce is in no file, no
 argument and no name the code is given; code that searches its own interpreter's frames for it
 (the runner and the code share one interpreter) is beyond what this channel can stop.
-`run` returns only after every process of the sandbox is gone, and it never raises: every way a tool
-can end (any signal, a result that is huge, deeply nested, not UTF-8 or not JSON) is a result.
+`Sandbox.run` returns only after every process of the sandbox is gone, and it never raises: every way a
+tool can end (any signal, a result that is huge, deeply nested, not UTF-8 or not JSON) is a result.
 What the tool returns or prints is made safe (harness.text) before anyone reads it: lone
 surrogates replaced, control characters shown escaped, so it can reach no terminal or table raw.
 
@@ -40,13 +40,16 @@ only); timing side channels; the tool's answer, which is whatever the code retur
 
 Two sandboxes can be linked: `Sandbox.start(code, argument, link=(read_fd, write_fd))` gives the
 tool two descriptors of ours as 4 and 5 (the ends of pipes to another sandbox) and returns at once.
-apart.py runs the `code` scorer's program and its tests so, in two sandboxes that only plain values
+apart.py runs the code scorer's program and its tests so, in two sandboxes that only plain values
 cross between (crossing.py, shipped as text like inside.py), the verdict the tests sandbox's.
 
 Weak isolation (`weak=True`, `isolation="weak"`) is the old plain subprocess with rlimits, a network
 namespace when allowed and the audit hook. It stops honest mistakes, not an adversary: it must be
 asked for (`variant.sandbox.weak=true`); without it, `Sandbox()` refuses to run where kernel
 isolation is unavailable. A violation ends the run with an error; it never raises into the caller.
+
+Its face (`__all__`): `Sandbox` and what it returns, `kernel_isolation_problem`, `WEAK_OPT_IN`, and
+`apart`; `crossing` and `inside` are shipped as text into the sandboxes, never imported by others.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.errors import one_line
 from harness.text import safe_text
+
+__all__ = ["WEAK_OPT_IN", "Running", "Sandbox", "SandboxResult", "apart", "kernel_isolation_problem"]
 
 WEAK_OPT_IN = "variant.sandbox.weak=true"
 TOOL_UIDS = range(1 << 30, (1 << 30) + (1 << 24))

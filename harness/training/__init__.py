@@ -7,9 +7,11 @@ tokens, with the loss on the reply alone; `lora` attaches a peft LoRA adapter, h
 `supervised` is the SFT update and `preference` the DPO update (trl's trainer), each returning an
 `UpdateResult` (`accounting`: losses, tokens, steps, wall and CPU seconds, FLOPs, the adapter's hash);
 `gguf_adapter` writes the adapter as a GGUF LoRA that llama.cpp loads; `serving` generates with
-llama-cpp-python from the base GGUF with or without an adapter. Everything here needs the `train` extra
-(and `serving` the `smollm2` extra); `needs.require()` says so in one line where it is missing. Names are
-imported lazily, so that `import harness.training` does not import torch.
+llama-cpp-python from the base GGUF with or without an adapter. Everything here needs the train extra
+(and `serving` the smollm2 extra); `needs.require()` says so in one line where it is missing. Names are
+imported lazily, so that `import harness.training` does not import torch. A learner run is planned with
+a `learner.LearnerSpec` and trained by its `run_trainer.RunTrainer`, in a process of its own
+(`weights_host`): the modules the harness's other rooms import, on the face beside the names.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ _HOMES = {
     "export_gguf_adapter": "gguf_adapter",
     "AdaptedLlama": "serving", "Generated": "serving",
 }
-__all__ = sorted(_HOMES)
+_MODULES = ("learner", "needs", "run_trainer")
+"""Modules that the harness's other rooms import by name (the agent run's plan and runner)."""
+__all__ = sorted([*_HOMES, *_MODULES])
 
 
 def __getattr__(name: str) -> Any:
