@@ -61,9 +61,8 @@ EXTRAS: dict[str, Extra] = {extra.name: extra for extra in (
     # python -m harness.bench versus: inspect_ai beside the harness
     Extra("inspect", ("inspect-ai",), ("inspect_ai",)),
 )}
-ALL = tuple(name for name in EXTRAS if name not in ("inspect", "train"))
-"""The extras of `harness[all]`: everything the harness itself runs (inspect_ai is the bench's yardstick;
-`train` joins when a choice needs it: a learner variant, issue 53; until then `dev` installs it)."""
+ALL = tuple(name for name in EXTRAS if name != "inspect")
+"""The extras of `harness[all]`: everything the harness itself runs (inspect_ai is the bench's yardstick)."""
 
 PROVIDER_KEYS = {"OPENAI_API_KEY": CORE_MODEL, "ANTHROPIC_API_KEY": "anthropic/claude-3-5-haiku-latest",
                  "GEMINI_API_KEY": "gemini/gemini-2.0-flash"}

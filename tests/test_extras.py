@@ -262,6 +262,7 @@ MISSING = {
                       'pip install "harness[reasoning-gym]"'),
     "math": (("model=scripted", "env=math500"),
              'scorer math (env=math500) needs the math extra: pip install "harness[math]"'),
+    "train": (("variant=sft",), 'variant=sft needs the train extra: pip install "harness[train]"'),
 }
 """Per extra (all of `harness[all]`): a command's overrides that need it, and the line it stops with."""
 
