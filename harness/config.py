@@ -262,6 +262,11 @@ class ModelSettings(EndpointSettings):
     """Native tool calls (litellm `tools`); false: the JSON-in-text protocol; None: litellm's map."""
     local_server: LocalServer | None = None
     scripted: Scripted | None = None
+    weights: str | None = None
+    """A GGUF file of the served model's weights, for learner variants on a server of the user's own
+    at `api_base` that speaks vLLM's runtime LoRA API (`vllm serve ... --enable-lora` with
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): their adapters are trained on these weights here and
+    loaded there by path (docs/weights.md)."""
     parameters: int | None = Field(default=None, gt=0)
     """The model's parameter count, where known: a call's FLOPs (about 2 x parameters x tokens) are
     counted with it (llm_calls.flops), and budget.max_flops needs it."""

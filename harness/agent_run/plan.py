@@ -28,7 +28,7 @@ columns), or how many times a run is made (each repeat has its own identity): no
 identity."""
 
 NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "stream.feedback": "outcome", "budget.max_flops": None,
+    "stream.feedback": "outcome", "budget.max_flops": None, "model.weights": None,
     "model.price.train_per_token": 0.0, "model.local_server.price.train_per_token": 0.0,
     "embedder.price.train_per_token": 0.0}
 """Settings added after runs were already recorded (weight learning, schema 9), left out of a run's
@@ -70,14 +70,22 @@ def learner_spec(settings: HarnessConfig) -> LearnerSpec | None:
     if model.is_scripted:
         return LearnerSpec(backend="scripted", base=model.name, train_price=train_price,
                            parameters=model.parameters)
-    if local is None:
+    if local is None and not (model.api_base and model.weights):
         raise ConfigError(f"invalid config: variant={settings.variant.name} learns in the model's weights, "
                           f"and the harness cannot load the weights of {model.name}; learners run on "
-                          "model=smollm2 (the local model) or model=scripted (a scripted stand-in)")
+                          "model=smollm2 (the local model), model=scripted (a scripted stand-in), or a "
+                          "vLLM server's model.api_base with its model.weights (docs/weights.md)")
     from harness.models.model_server import ModelServerError, model_file
     from harness.training.needs import require
 
     require(f"variant={settings.variant.name}")
+    if local is None:
+        assert model.weights is not None
+        if not Path(model.weights).expanduser().is_file():
+            raise ConfigError(f"invalid config: model.weights: no GGUF file at {model.weights}")
+        gguf = str(Path(model.weights).expanduser().resolve())
+        return LearnerSpec(backend="transformers", base=gguf, gguf=gguf, train_price=train_price,
+                           parameters=model.parameters)
     try:
         gguf = str(model_file(local))
     except ModelServerError as error:
