@@ -26,6 +26,8 @@ from omegaconf import OmegaConf
 
 import agents
 import envs
+import envs.scorers
+from envs.scorers import Scorer
 from harness.config import ConfigError
 from harness.tables import records
 from tests.agent_run.test_variant_defaults import code_defaults, disagreements
@@ -132,8 +134,9 @@ def extended(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Extended]:
         (root / path).write_text(code)
     importlib.invalidate_caches()
     with pytest.MonkeyPatch.context() as patch:
-        for package in (agents, envs):
-            patch.setattr(package, "__path__", [*package.__path__, str(root / package.__name__)])
+        for package in (agents, envs, envs.scorers):
+            own = root.joinpath(*package.__name__.split("."))
+            patch.setattr(package, "__path__", [*package.__path__, str(own)])
         additions = [b for b in BLOCKS if ADDITION.match(b.marker)]
         for number, block in enumerate(additions):
             match = ADDITION.match(block.marker)
@@ -143,6 +146,9 @@ def extended(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Extended]:
         for name, module in list(sys.modules.items()):  # the example's modules, gone with its files
             if str(getattr(module, "__file__", None) or "").startswith(str(root)):
                 del sys.modules[name]
+        for name, cls in list(Scorer.registry.items()):  # and their scorers' names
+            if cls.__module__ not in sys.modules:
+                del Scorer.registry[name]
 
 
 def test_every_block_is_marked_and_every_new_file_compiles():
@@ -153,7 +159,7 @@ def test_every_block_is_marked_and_every_new_file_compiles():
                for line in b.code.splitlines() if line.strip())
     files = new_files()
     assert {"agents/hinting.py", "conf/variant/hinting.yaml", "envs/sums.py", "conf/env/sums.yaml",
-            "envs/quotients.py", "conf/env/quotients.yaml"} <= set(files)
+            "envs/scorers/close_enough.py", "envs/quotients.py", "conf/env/quotients.yaml"} <= set(files)
     for path, code in files.items():
         if path.endswith(".py"):
             compile(code, path, "exec")
@@ -207,6 +213,17 @@ def test_the_scorer_gives_partial_credit_and_runs(extended):
     assert len(episodes) == 2
     assert all(e["error"] is None and e["task_id"].startswith("quotient-") for e in episodes)
     assert all(0.0 <= e["score"] <= 1.0 and e["success"] == (e["score"] == 1.0) for e in episodes)
+
+
+def test_the_scorer_is_a_scorer_found_by_its_name_and_a_second_of_a_name_is_refused_as_the_page_says(
+        extended):
+    assert isinstance(envs.scorers.scorer({"name": "close_enough", "tolerance": 0.5}), Scorer)
+    [says] = re.findall(r"`ValueError: (scorer 'exact' is defined twice: [^`]+)`", PAGE.read_text())
+    body = {"name": "exact", "__module__": "myscorers.exact", "__qualname__": "MyExact",
+            "score": lambda self, reply, task: None}
+    with pytest.raises(ValueError, match=f"^{re.escape(says)}$"):
+        type("MyExact", (Scorer,), body)
+    assert Scorer.registry["exact"].__module__ == "envs.scorers.exact"
 
 
 def test_the_table_is_written_and_read_back_like_every_table(extended):

@@ -10,6 +10,13 @@ the run starts (`Scorer.check_reference`, a ValueError naming what is wrong).
 
 Configs name a scorer as a string (`exact`) or a mapping with its options
 (`{name: numeric, tolerance: 0.01}`).
+
+A name belongs to one scorer: a class that claims a name another definition holds is refused as it
+is defined, with a ValueError naming the name and both classes (as lancedb's registry refuses a
+second alias), so a scorer of one's own called `exact` can never silently replace the built-in. A
+class defined outside this package first has the package's scorers imported, so that it meets the
+built-ins whichever is imported first; the same definition again (its module imported anew, by a
+reload or in another process) replaces itself.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ class Scorer(abc.ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
-            Scorer.registry[cls.name] = cls
+            _register(cls)
 
     packages: ClassVar[tuple[str, ...]] = ()
     """The pip distributions it imports beyond the core's (math: math-verify): a job whose env names it
@@ -64,6 +71,28 @@ class SettlingScorer(Scorer):
     @abc.abstractmethod
     async def settle(self, reply: str, task: Task, checks: Checks) -> Verdict:
         """The verdict on `reply`, with the run's model or the sandbox (`checks`)."""
+
+
+def _register(cls: type[Scorer]) -> None:
+    """Give `cls` its name, or refuse it (ValueError, one line) if another definition holds the name."""
+    if not cls.__module__.startswith(f"{__name__}."):
+        _import_scorers()  # the built-ins hold their names before a scorer of one's own can claim one
+    held = Scorer.registry.get(cls.name)
+    if held is not None and _where(held) != _where(cls):
+        raise ValueError(f"scorer {cls.name!r} is defined twice: by {_where(held)} and by {_where(cls)}; "
+                         "a name belongs to one scorer, so give this one another")
+    Scorer.registry[cls.name] = cls
+
+
+def _where(cls: type) -> str:
+    """The definition of a class, as a config would name it (`package.module:Class`)."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import_scorers() -> None:
+    """Import every module of this package, so that each of its scorers holds its name."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
 
 
 def require_text(task: Task, why: str = "") -> None:
@@ -101,8 +130,7 @@ def scorer_class(name: str) -> type[Scorer]:
             raise ValueError(f"scorer {name} is not a Scorer class")
         return found
     if name not in Scorer.registry:
-        for module in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{module.name}")
+        _import_scorers()
     if name not in Scorer.registry:
         raise ValueError(f"unknown scorer {name!r}: one of {', '.join(sorted(Scorer.registry))}")
     return Scorer.registry[name]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from envs.base import Task
-from envs.scorers import Scorer, Verdict, scorer
+from envs.scorers import Scorer, Verdict, scorer, scorer_class
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = {name: f"envs.scorers.{name}" for name in ("includes", "regex", "numeric", "math", "choice", "sql")}
@@ -508,6 +508,57 @@ def test_each_scorer_is_found_by_name_with_no_import():
     found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(found.stdout) == NAMES
     assert set(NAMES) <= set(Scorer.registry)
+
+
+def a_scorer_class(name: str, module: str, qualname: str = "Mine") -> type[Scorer]:
+    """A scorer class as `class <qualname>(Scorer): name = <name>` defines it in `module`."""
+    body = {"name": name, "__module__": module, "__qualname__": qualname,
+            "score": lambda self, reply, task: Verdict(score=1.0, success=True, response=reply, reason="any")}
+    return type(qualname, (Scorer,), body)
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, type[Scorer]]:
+    """The registry, with every built-in scorer in it; the names a test adds gone after it."""
+    for name in [*NAMES, "exact", "judge", "code"]:
+        scorer_class(name)
+    monkeypatch.setattr(Scorer, "registry", dict(Scorer.registry))
+    return Scorer.registry
+
+
+def test_a_second_scorer_of_a_built_in_name_is_refused_in_one_line_naming_both(registry):
+    with pytest.raises(ValueError) as refused:
+        a_scorer_class("exact", "myscorers.exact", "MyExact")
+    assert str(refused.value) == ("scorer 'exact' is defined twice: by envs.scorers.exact:Exact and by "
+                                  "myscorers.exact:MyExact; a name belongs to one scorer, so give this one "
+                                  "another")
+    assert registry["exact"].__module__ == "envs.scorers.exact"
+    assert type(scorer("exact")).__module__ == "envs.scorers.exact"
+
+
+def test_two_scorers_of_ones_own_cannot_share_a_name_either(registry):
+    first = a_scorer_class("f1", "myscorers.f1", "F1")
+    with pytest.raises(ValueError, match=r"^scorer 'f1' is defined twice: by myscorers\.f1:F1 and by "
+                                         r"theirs\.f1:TokenF1; "):
+        a_scorer_class("f1", "theirs.f1", "TokenF1")
+    assert registry["f1"] is first
+
+
+def test_the_same_definition_again_takes_its_own_name_back(registry):
+    # Its module imported anew (a reload, a second import of one file): the newer class holds the name.
+    first = a_scorer_class("f1", "myscorers.f1", "F1")
+    again = a_scorer_class("f1", "myscorers.f1", "F1")
+    assert first is not again and registry["f1"] is again and isinstance(scorer("f1"), again)
+
+
+def test_a_scorer_defined_before_the_built_ins_are_imported_still_meets_them():
+    # A fresh interpreter in which nothing has imported envs/scorers/exact.py yet.
+    code = ("from envs.scorers import Scorer\ntry:\n"
+            "    class Mine(Scorer):\n        name = 'exact'\n        def score(self, reply, task): ...\n"
+            "except ValueError as refused:\n    print(refused)\n")
+    found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert found.stdout.startswith("scorer 'exact' is defined twice: by envs.scorers.exact:Exact and by "
+                                   "__main__:Mine;"), found.stdout
 
 
 @pytest.mark.parametrize("spec,message", [
