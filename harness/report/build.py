@@ -33,6 +33,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -108,7 +109,7 @@ def main_table(episodes: pl.DataFrame, unit: str = "seed") -> pl.DataFrame:
     stream = episodes.filter(~pl.col("probe"))
     keys = group_keys(stream, REPORT_GROUPS)
     skipped = stream.filter(~pl.col("attempted")).group_by(keys).agg(not_attempted=pl.len())
-    evaluated = stream.filter(pl.col("attempted"))
+    evaluated = with_spend(stream.filter(pl.col("attempted")))
     models = [] if "model" in keys else [pl.col("model").unique().sort().str.join(",").alias("model")]
     for column in ("prompt_tokens", "cache_read_tokens", "reasoning_tokens"):  # older tables lack some
         if column not in evaluated.columns:
@@ -117,7 +118,8 @@ def main_table(episodes: pl.DataFrame, unit: str = "seed") -> pl.DataFrame:
         pl.col("seed").n_unique().alias("seeds"), pl.col("run_id").n_unique().alias("runs"),
         pl.len().alias("episodes"), pl.col("success").mean().alias("success_rate"),
         pl.col("act_tokens").sum(),
-        pl.col("overhead_tokens").sum(), known_sum(pl.col("cost_usd")).alias("cost_usd"),
+        pl.col("overhead_tokens").sum(), pl.col("train_tokens").sum(),
+        known_sum(pl.col("spent_cost_usd")).alias("cost_usd"),
         (known_sum(pl.col("cache_read_tokens")) / pl.col("prompt_tokens").sum()).alias("cache_read_share"),
         known_sum(pl.col("reasoning_tokens")).alias("reasoning_tokens"),
         pl.col("latency_s").quantile(0.5).alias("p50_latency_s"),
@@ -145,10 +147,31 @@ def _interval_of(frame: pl.DataFrame, unit: str = "seed") -> tuple[int, float | 
     return group_interval(frame["success"].cast(pl.Float64).to_numpy(), units, unit)
 
 
-def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens",
+TRAINING_DEFAULTS: dict[str, tuple[Any, type[pl.DataType]]] = {
+    "train_tokens": (0, pl.Int64), "train_cost_usd": (0.0, pl.Float64), "train_flops": (0.0, pl.Float64),
+    "flops": (None, pl.Float64)}
+"""Episode columns of schema 9, as an older table (nothing trained, FLOPs not counted) reads."""
+
+
+def with_spend(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Each episode's spend, its calls' and its weight updates' together (a learner's training is spend
+    as its calls are): spent_tokens (tokens sent and received, and tokens trained), spent_cost_usd and
+    spent_flops (null where unknown)."""
+    for column, (value, dtype) in TRAINING_DEFAULTS.items():
+        if column not in episodes.columns:
+            episodes = episodes.with_columns(pl.lit(value, dtype=dtype).alias(column))
+    return episodes.with_columns(spent_tokens=pl.col("total_tokens") + pl.col("train_tokens"),
+                                 spent_cost_usd=pl.col("cost_usd") + pl.col("train_cost_usd"),
+                                 spent_flops=pl.col("flops") + pl.col("train_flops"))
+
+
+def matched_spend(episodes: pl.DataFrame, spend: str = "spent_tokens",
                   unit: str = "seed") -> tuple[float, pl.DataFrame]:
     """Success of each variant over the episodes finished within the largest cumulative spend
-    (`total_tokens` or `cost_usd`) that every agent run reached: the smallest of the runs' totals."""
+    (`spent_tokens`, `spent_cost_usd` or `spent_flops`: calls and training together) that every agent
+    run reached: the smallest of the runs' totals. `train_share`: the share of the tokens spent within
+    it that were trained on."""
+    episodes = with_spend(episodes)
     evaluated = (episodes.sort("run_id", "stream_position", "probe")
                  .with_columns(cumulative=pl.col(spend).cum_sum().over("run_id")))
     budget = float(evaluated.group_by("run_id").agg(pl.col("cumulative").max())["cumulative"].min())
@@ -161,21 +184,27 @@ def matched_spend(episodes: pl.DataFrame, spend: str = "total_tokens",
         rows.append({**dict(zip(keys, group, strict=True)), "seeds": frame["seed"].n_unique(),
                      "runs": frame["run_id"].n_unique(), "episodes": frame.height,
                      "success_rate": frame["success"].mean(), "ci_low": low, "ci_high": high,
-                     "ci_over": over})
+                     "ci_over": over, "train_share": _train_share(frame)})
     return budget, pl.DataFrame(rows).sort(keys) if rows else pl.DataFrame()
+
+
+def _train_share(frame: pl.DataFrame) -> float:
+    spent = int(frame["spent_tokens"].sum())
+    return int(frame["train_tokens"].sum()) / spent if spent else 0.0
 
 
 def spend_unit(episodes: pl.DataFrame) -> tuple[str, str]:
     """The column spend is compared in, and why: dollars when every episode's cost is known and not
-    all zero (a local model's), else tokens."""
-    costs = episodes.filter(~pl.col("probe"))["cost_usd"]
+    all zero (a local model's), else tokens (both: calls and training together)."""
+    costs = with_spend(episodes).filter(~pl.col("probe"))["spent_cost_usd"]
     unknown = costs.null_count()
     if unknown:
-        return "total_tokens", (f"in tokens: the cost of {unknown} of {costs.len()} episodes is unknown "
+        return "spent_tokens", (f"in tokens: the cost of {unknown} of {costs.len()} episodes is unknown "
                                 "(a model with no price), so dollars are not compared")
     if not total_cost(costs.to_list()):
-        return "total_tokens", "in tokens: every call cost $0 (a local model)"
-    return "cost_usd", "in dollars: every call's cost is known (cache reads and writes at their own prices)"
+        return "spent_tokens", "in tokens: every call cost $0 (a local model)"
+    return "spent_cost_usd", ("in dollars: every call's cost is known (cache reads and writes at their own "
+                              "prices)")
 
 
 def plot_cost_accuracy(table: pl.DataFrame, path: Path) -> None:
@@ -270,16 +299,26 @@ def matched_sections(learning: pl.DataFrame, unit: str = "seed") -> list[Section
     """Accuracy at matched spend, in dollars where every cost is known (then in tokens too), else in
     tokens; the text says which and why."""
     text = ("Episodes finished within the largest cumulative spend every agent run reached (95% CI over the "
-            "group's seeds, as in Variants)")
+            "group's seeds, as in Variants); spend counts every call and, for a learner variant, its weight "
+            "updates (tokens trained, at model.price.train_per_token; `train_share`: the share of the tokens "
+            "that were trained on)")
     spend, why = spend_unit(learning)
     budget, matched = matched_spend(learning, unit=unit)
     by_tokens = Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",
-                        f"{text}, {why}." if spend == "total_tokens" else f"{text}, in tokens.", matched)
-    if spend == "total_tokens":
-        return [by_tokens]
-    dollar_budget, by_dollars = matched_spend(learning, "cost_usd", unit)
-    return [Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run", f"{text}, {why}.",
-                    by_dollars), by_tokens]
+                        f"{text}, {why}." if spend == "spent_tokens" else f"{text}, in tokens.", matched)
+    sections = [by_tokens]
+    if spend != "spent_tokens":
+        dollar_budget, by_dollars = matched_spend(learning, "spent_cost_usd", unit)
+        sections.insert(0, Section(f"Accuracy at matched spend: ${dollar_budget:.4f} per agent run",
+                                   f"{text}, {why}.", by_dollars))
+    flops = with_spend(learning).filter(~pl.col("probe"))["spent_flops"]
+    if flops.len() and not flops.null_count():
+        flop_budget, by_flops = matched_spend(learning, "spent_flops", unit)
+        sections.append(Section(
+            f"Accuracy at matched compute: {flop_budget:.3g} FLOPs per agent run",
+            "As above, in floating-point operations: 2 x model.parameters per token of a call, 6 x per "
+            "token trained (docs/weights.md): in-context and in-weight learning at equal compute.", by_flops))
+    return sections
 
 
 def cost_headline(episodes: pl.DataFrame, calls: pl.DataFrame) -> str:

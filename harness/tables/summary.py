@@ -104,6 +104,8 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     - llm_calls: model calls of the stream episodes; cached_share: the share of them answered from
       the response cache (1.0: no request reached the model, so the latency and the run's speed say
       nothing about the model); null without `calls`;
+    - train_tokens: tokens a learner variant trained on (the `training` table), beside total_tokens,
+      which counts calls; train_share: their share of the two together;
     - cache_read_share: the share of the stream's prompt tokens the provider read from its prompt
       cache (billed at its cache-read price); reasoning_tokens: hidden reasoning tokens billed as
       output; both null when a provider's usage did not say (or the tables predate them).
@@ -113,6 +115,8 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     for column in ("cache_read_tokens", "reasoning_tokens"):  # tables written before schema 5
         if column not in episodes.columns:
             episodes = episodes.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
+    if "train_tokens" not in episodes.columns:  # before schema 9: nothing trained
+        episodes = episodes.with_columns(pl.lit(0, dtype=pl.Int64).alias("train_tokens"))
     if runs is not None:
         episodes = label_runs(episodes, runs)
     stream = ~pl.col("probe")
@@ -135,6 +139,9 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
             success_rate=pl.col("success").filter(counted).mean(),
             total_tokens=pl.col("total_tokens").filter(stream).sum(),
             cost_usd=known_sum(pl.col("cost_usd").filter(stream)),
+            train_tokens=pl.col("train_tokens").filter(stream).sum(),
+            train_share=pl.col("train_tokens").filter(stream).sum()
+            / (pl.col("train_tokens") + pl.col("total_tokens")).filter(stream).sum(),
             llm_calls=pl.col("n_calls").filter(stream).sum(),
             cached_share=cached,
             cache_read_share=known_sum(pl.col("cache_read_tokens").filter(stream))
@@ -167,8 +174,9 @@ def episode_counts(episodes: pl.DataFrame) -> str:
     return f"{attempted} episodes" + (f" (+ {', '.join(extra)})" if extra else "")
 
 
-QUIET_WHEN_ZERO = ("cache_read_share", "reasoning_tokens")
-"""Columns the printed summary leaves out when no run has any (a local model's): it is wide already."""
+QUIET_WHEN_ZERO = ("cache_read_share", "reasoning_tokens", "train_tokens", "train_share")
+"""Columns the printed summary leaves out when no run has any (a local model's prompt cache; a run that
+trains no weights): it is wide already."""
 
 
 def format_summary(summary: pl.DataFrame) -> str:

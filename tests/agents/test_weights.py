@@ -134,3 +134,31 @@ def test_a_resumed_learner_continues_from_the_same_adapter():
     assert state["updates"] == 4 and state["adapter"]
     assert json.loads((resumed / "state.json").read_text()) == state
     assert [e["success"] for e in replayed] == [e["success"] for e in episodes[5:]]
+
+
+def test_the_report_matches_spend_with_training_counted_and_shows_its_share():
+    import polars as pl
+
+    from harness.report.build import matched_sections
+    from harness.tables.summary import summarize
+
+    common = ["stream.num_tasks=9", "stream.feedback=answer", "model.parameters=1000000",
+              "model.scripted.accuracy=0"]
+    rows = [*run_variant("variant=baseline", *common).rows["episodes"],
+            *run_variant(*LEARN, *common).rows["episodes"]]
+    episodes = pl.DataFrame(rows)
+    by_tokens, by_flops = matched_sections(episodes)
+    assert "matched compute" in by_flops.title
+    assert by_tokens.title.startswith("Accuracy at matched spend") and "tokens trained" in by_tokens.text
+    assert by_flops.title.startswith("Accuracy at matched compute")
+    # Matched at the baseline's total (the smaller), the learner is cut before its first update's episode:
+    # its tokens trained count as spend.
+    within = dict(by_tokens.table.select("variant", "episodes").iter_rows())
+    assert within == {"baseline": 9, "sft": 2}
+    assert by_tokens.table["train_share"].to_list() == [0.0, 0.0]
+    learner_first = matched_sections(episodes.filter(pl.col("variant") == "sft"))[0].table
+    assert learner_first["train_share"][0] > 0.5  # over its whole stream, most of its spend trained
+    summary = summarize(episodes)
+    trained = dict(summary.select("variant", "train_tokens").iter_rows())
+    assert trained["baseline"] == 0 and trained["sft"] == episodes.filter(pl.col("variant") == "sft")[
+        "train_tokens"].sum()

@@ -182,7 +182,8 @@ def episodes_frame(costs: dict[str, list[float | None]]) -> pl.DataFrame:
     """Attempted stream episodes of one seed per variant, with these costs."""
     rows = [{"episode_id": f"{variant}-{i}", "run_id": variant, "variant": variant, "seed": 0, "model": "m",
              "probe": False, "attempted": True, "success": i % 2 == 0, "act_tokens": 10,
-             "overhead_tokens": 5, "cost_usd": cost, "latency_s": 0.1, "protocol": "single"}
+             "overhead_tokens": 5, "total_tokens": 15, "cost_usd": cost, "latency_s": 0.1,
+             "protocol": "single"}
             for variant, values in costs.items() for i, cost in enumerate(values)]
     return pl.DataFrame(rows, schema_overrides={"cost_usd": pl.Float64})
 

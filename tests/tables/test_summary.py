@@ -23,8 +23,8 @@ from harness.tables.writer import TableWriter
 from tests.conftest import run_variant, scripted_settings
 
 TODAY = ["variant", "seed", "model", "episodes", "probes", "not_attempted", "success_rate",
-         "total_tokens", "cost_usd", "llm_calls", "cached_share", "cache_read_share", "reasoning_tokens",
-         "p50_latency_s", "errors"]
+         "total_tokens", "cost_usd", "train_tokens", "train_share", "llm_calls", "cached_share",
+         "cache_read_share", "reasoning_tokens", "p50_latency_s", "errors"]
 
 
 def write_job(job_dir: Path, *overrides: str, job: int | None = 0, cached: bool | None = None) -> dict:
