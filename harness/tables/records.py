@@ -711,7 +711,7 @@ class TrainingRow(Record):
     stream_position: int
     """That episode's position in the stream."""
     update: int
-    """1 for the run's first update, then 2, 3, ..."""
+    """1 for the run's first update, then 2, 3, ... (a run started from a snapshot counts its own)."""
     kind: Literal["sft", "dpo"]
     """sft: supervised fine-tuning on chat examples; dpo: preference pairs (chosen over rejected)."""
     trainer: str

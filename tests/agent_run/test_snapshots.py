@@ -25,7 +25,7 @@ def written(run, directory: Path) -> Path:
     first = run.rows["episodes"][0]
     writer.append("runs", [{"run_id": first["run_id"], "variant": first["variant"], "env": "countries",
                             "seed": 0, "order_seed": 0, "repeat": 0, "scenario": "sequential",
-                            "model": "scripted/oracle",
+                            "feedback": "outcome", "model": "scripted/oracle",
                             "job": None, "overrides": "", "model_params": "{}", "settings": "{}",
                             "started_at": first["started_at"]}])
     writer.close()

@@ -162,3 +162,15 @@ def test_the_report_matches_spend_with_training_counted_and_shows_its_share():
     trained = dict(summary.select("variant", "train_tokens").iter_rows())
     assert trained["baseline"] == 0 and trained["sft"] == episodes.filter(pl.col("variant") == "sft")[
         "train_tokens"].sum()
+
+
+def test_a_run_started_from_a_learners_snapshot_is_served_with_its_adapter(tmp_path):
+    from tests.agent_run.test_snapshots import written
+
+    source = run_variant(*LEARN, "stream.feedback=answer")
+    adapter = source.rows["training"][-1]["adapter"]
+    snapshot = f"variant.start_from={written(source, tmp_path)}@final"
+    follow = run_variant(*LEARN, "stream.num_tasks=3", snapshot)
+    assert {c["adapter"] for c in follow.rows["llm_calls"]} == {adapter}
+    [update] = follow.rows["training"]
+    assert update["previous_adapter"] == adapter and update["update"] == 1  # this run's first
