@@ -315,12 +315,12 @@ class TrainOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    steps: int = Field(default=8, gt=0)
-    learning_rate: float = Field(default=1e-3, gt=0)
+    steps: int = Field(default=4, gt=0)
+    learning_rate: float = Field(default=2e-3, gt=0)
     rank: int = Field(default=8, gt=0)
     alpha: float = Field(default=16.0, gt=0)
     modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    max_examples: int = Field(default=32, gt=0)
+    max_examples: int = Field(default=16, gt=0)
     """The most recent examples an update trains on."""
     max_tokens: int = Field(default=512, gt=0)
     """An example longer than this is cut, its prompt from the left."""

@@ -33,7 +33,7 @@ def test_sft_updates_every_n_tasks_and_later_calls_are_served_with_the_new_adapt
     episodes = by_position(run.rows["episodes"])
     assert [episodes[p]["train_tokens"] for p in range(9)] == [
         next((u["tokens_trained"] for u in updates if u["stream_position"] == p), 0) for p in range(9)]
-    assert all(u["tokens_trained"] > 0 and u["steps"] == 8 for u in updates)
+    assert all(u["tokens_trained"] > 0 and u["steps"] == 4 for u in updates)
 
 
 def test_with_the_answer_revealed_sft_learns_the_tasks_it_failed_and_says_which_examples_were_revealed():
