@@ -102,3 +102,13 @@ def test_the_readme_the_index_and_the_site_list_the_pages_in_one_order():
 def test_the_readme_stays_a_front_door_of_at_most_250_lines():
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines <= 250, f"README.md has {lines} lines: move the detail to docs/ and link it"
+
+
+README_WIDTH = 120
+"""The README's widest line: a front door that reads in a terminal and a diff, code blocks and tables too."""
+
+
+def test_the_readmes_lines_are_at_most_120_characters():
+    wide = [f"line {number}: {len(line)} characters" for number, line in
+            enumerate((ROOT / "README.md").read_text().splitlines(), 1) if len(line) > README_WIDTH]
+    assert not wide, f"README.md: wrap these lines (a table row: split it or make it a list): {wide}"
