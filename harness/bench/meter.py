@@ -161,8 +161,9 @@ def _ray_session_roots() -> set[int]:
     try:
         if ray is None or not ray.is_initialized():
             return set()
-        session = ray._private.worker._global_node.get_session_dir_path()
-    except Exception:  # a private API: without it, the descendants are all there is
+        context = ray.get_runtime_context()
+        session = os.path.join(context.get_temp_dir(), context.get_session_name())
+    except Exception:  # no session to read here: the descendants are all there is
         return set()
     return {process.pid for process in psutil.process_iter(["cmdline"])
             if session in " ".join(process.info["cmdline"] or [])}

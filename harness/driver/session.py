@@ -27,7 +27,7 @@ from harness import USER_SET, harness_env
 from harness.agent_run.components import models_in_use
 from harness.agent_run.spec import AgentRunSpec
 from harness.config import ConfigError, EndpointSettings, HarnessConfig, RaySettings
-from harness.driver import signals, startup
+from harness.driver import ray_insides, signals, startup
 from harness.driver.pool import AgentPool, serve_models, start_workers
 from harness.driver.preflight import workers_need_litellm
 from harness.driver.warm_pool import WARM_NAMESPACE, lease_warm_pool, usable_state
@@ -164,74 +164,25 @@ def _start_local_ray_once(**options: Any) -> Any:
       its dashboard agent's imports: on 2 cores, without them the node registered about a second
       sooner in most starts, and the start-up took 1.3 s less CPU (docs/bench.md).
 
-    Where ray.init fails once it has started processes, they are ended here: Ray leaves them to its
-    reaper, which ends them only when this process exits."""
+    ray.init offers none of the three: they are Ray's insides swapped for this one ray.init
+    (harness/driver/ray_insides.py `LocalStart`). Where ray.init fails once it has started processes,
+    they are ended here: Ray leaves them to its reaper, which ends them only when this process exits."""
     global _dashboard_kept
-    from ray._private import node, parameter
-
-    if "_system_config" in options:  # Ray adds this session's spilling directory to the dict it is given
-        options = {**options, "_system_config": dict(options["_system_config"])}
-
-    fixed, in_turn = parameter.RayParams, node.Node.start_api_server
-
-    class RayParams(fixed):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs.setdefault("dashboard_agent_listen_port", 0)  # 0: Ray picks a free one
-            kwargs.setdefault("no_monitor", kwargs.get("include_dashboard") is False)
-            super().__init__(*args, **kwargs)
-
-    beside = _DashboardBeside(in_turn)
-    _dashboard_kept = beside.kept
-
-    def start_api_server(ray_node: Any, **arguments: Any) -> None:  # a function: bound to the node
-        beside.start_api_server(ray_node, **arguments)
-
-    parameter.RayParams, node.Node.start_api_server = RayParams, start_api_server
+    start = ray_insides.LocalStart()
+    _dashboard_kept = start.kept
     try:
-        context = ray.init(address="local", **options)
+        context = start.init(**options)
     except BaseException:
-        for each in beside.nodes:  # its GCS, dashboard, raylet and agents: all started before it failed
+        for each in start.nodes:  # its GCS, dashboard, raylet and agents: all started before it failed
             signals.end_leftovers(signals.ray_processes(each))
-        beside.kept.set()
+        start.kept.set()
         raise
-    finally:
-        parameter.RayParams, node.Node.start_api_server = fixed, in_turn
-    beside.started.wait()
-    if beside.failures:
+    start.started.wait()
+    if start.failures:
         _end_ray(ours=True)
-        raise beside.failures[0]
-    url = ray._private.worker._global_node.webui_url
-    context.dashboard_url = context.address_info["webui_url"] = url or ""
+        raise start.failures[0]
+    context.dashboard_url = context.address_info["webui_url"] = ray_insides.dashboard_address()
     return context
-
-
-class _DashboardBeside:
-    """Ray's `Node.start_api_server` in place: the dashboard started from a thread of its own, which
-    lives until `kept` is set (by `_end_ray`), and its failure kept for the caller to raise; with
-    include_dashboard=false, not started at all."""
-
-    def __init__(self, in_turn: Callable[..., None]) -> None:
-        self.in_turn = in_turn
-        self.started, self.kept = threading.Event(), threading.Event()
-        self.failures: list[BaseException] = []
-        self.nodes: list[Any] = []
-        """The nodes Ray started: their processes are ended where its start fails."""
-
-    def start_api_server(self, node: Any, **arguments: Any) -> None:
-        self.nodes.append(node)
-        if arguments.get("include_dashboard") is False:
-            self.started.set()
-            return
-
-        def start() -> None:
-            try:
-                self.in_turn(node, **arguments)
-            except BaseException as failure:  # raised where the start is waited for
-                self.failures.append(failure)
-            self.started.set()
-            self.kept.wait()
-
-        threading.Thread(target=start, name="ray dashboard", daemon=True).start()
 
 
 _dashboard_kept = threading.Event()
@@ -249,19 +200,16 @@ def authenticate_to(address: str) -> None:
     cannot attach."""
     if "RAY_AUTH_MODE" in USER_SET or address.startswith("ray://"):
         return  # the user's choice; a Ray Client address has its own handshake
-    from ray._private.authentication.authentication_token_setup import _enable_token_auth
-    from ray._private.services import canonicalize_bootstrap_address_or_die
-    from ray._raylet import AuthenticationTokenLoader, GcsClient
     from ray.exceptions import AuthenticationError
 
     try:
-        GcsClient(address=canonicalize_bootstrap_address_or_die(address))
+        ray_insides.reach_gcs(address)
     except AuthenticationError:
-        if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+        if not ray_insides.token_at_hand():
             raise RunAborted(f"could not attach to {address}: the cluster uses token authentication and no "
                              "token is here; copy its token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), "
                              "see `ray get-auth-token`; nothing was run") from None
-        _enable_token_auth()  # RAY_AUTH_MODE=token in this process, Ray's config reloaded
+        ray_insides.enable_token_auth()  # RAY_AUTH_MODE=token in this process, Ray's config reloaded
     except Exception as error:  # no GCS there: ray.init would wait as long again to say so
         raise RunAborted(f"could not reach {address} ({one_line(error, 300)}); nothing was run") from None
 
@@ -329,11 +277,8 @@ def _end_ray(ours: bool) -> None:
     (1.4 s here), and its agents (dashboard, runtime env) outlive it by a minute otherwise. A
     cluster's processes are not ours to end."""
     processes = signals.ray_processes() if ours else []
-    node = ray._private.worker._global_node if ours else None
-    if node is not None:
-        if node.is_head():
-            node.destroy_external_storage()  # objects Ray spilled to disk
-        ray._private.worker._global_node = None  # so that ray.shutdown disconnects the driver only
+    if ours:
+        ray_insides.forget_node()  # its spilled objects removed; ray.shutdown disconnects the driver only
     ray.shutdown()
     signals.install()  # ray.shutdown left SIGTERM at the kernel's default (Python still names ours)
     signals.end_leftovers(processes)

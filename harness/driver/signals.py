@@ -145,19 +145,16 @@ def ray_processes(node: Any = None) -> list[psutil.Process]:
     """The processes of the Ray this process started (`ray.init(address="local")`; or of `node`, a
     Ray node object) and all their descendants (workers, agents, tools they run): nothing else of this
     process's children. One that has exited is passed over: its number may be another's by now."""
-    import ray
+    from harness.driver import ray_insides  # Ray, imported only once a command starts one
 
-    if node is None:
-        node = getattr(ray._private.worker, "_global_node", None)
     found: dict[int, psutil.Process] = {}
-    for infos in (node.all_processes.values() if node is not None else ()):
-        for info in infos:
-            with contextlib.suppress(psutil.Error, AttributeError):
-                if info.process.poll() is not None:
-                    continue
-                process = psutil.Process(info.process.pid)
-                for each in (process, *process.children(recursive=True)):
-                    found[each.pid] = each
+    for started in ray_insides.node_processes(node):
+        with contextlib.suppress(psutil.Error, AttributeError):
+            if started.poll() is not None:
+                continue
+            process = psutil.Process(started.pid)
+            for each in (process, *process.children(recursive=True)):
+                found[each.pid] = each
     return list(found.values())
 
 
