@@ -35,7 +35,7 @@ from omegaconf import DictConfig, open_dict
 from harness import extras
 from harness.agent_run.components import models_in_use
 from harness.config import ConfigError, EndpointSettings, HarnessConfig
-from harness.driver import startup, until_decided
+from harness.driver import hydra_insides, startup, until_decided
 from harness.driver.lock import exclusive
 from harness.driver.metrics import metrics_endpoint
 from harness.driver.pool import AgentPool
@@ -74,8 +74,10 @@ def _prepare_job(hydra_context: HydraContext, task_function: TaskFunction, confi
 
 def _failed(config: DictConfig, error: BaseException) -> JobReturn:
     reason = str(error) if isinstance(error, SystemExit) else f"{type(error).__name__}: {error}"
-    return JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, working_dir=str(Path.cwd()),
-                     status=JobStatus.FAILED, _return_value=RuntimeError(f"job exited: {reason}"))
+    failed = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, working_dir=str(Path.cwd()),
+                       status=JobStatus.FAILED)
+    failed.return_value = RuntimeError(f"job exited: {reason}")
+    return failed
 
 
 def _run_prepared(prepared: JobReturn, config: DictConfig, pool: AgentPool) -> JobReturn:
@@ -224,7 +226,7 @@ class Sweep:
         _print_summary(sweep_dir, [_job_dir(c) for c in configs])
         failed = [r for r in results if r.status == JobStatus.FAILED]
         for result in failed:
-            log.error(f"job failed: {' '.join(result.overrides or [])}: {result._return_value}")
+            log.error(f"job failed: {' '.join(result.overrides or [])}: {hydra_insides.failure(result)}")
         completed = len(results) - len(failed)
         advice = (f"compare them with: python -m harness.report {sweep_dir}" if completed
                   else "nothing to compare (each job's reason is above)")

@@ -3,10 +3,10 @@
 Hydra finds its launchers here, in the `hydra_plugins` namespace; what a sweep does is the harness's
 own (harness/driver/multirun.py `launch_sweep`: one Ray, one pool started as every pool is, each job
 prepared under its own Hydra job and run beside the others). This module is the Launcher interface:
-it registers `ray` in the `hydra/launcher` group and composes each job's config once.
+it registers `ray` in the `hydra/launcher` group and composes each job's config once (through
+Hydra's insides: harness/driver/hydra_insides.py).
 """
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,26 +25,6 @@ class RayLauncherConf:
 ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayLauncherConf)
 
 
-def _compose_once(hydra_context: HydraContext) -> None:
-    """Hydra's sweeper composes every job's config to check the batch before it launches it, and
-    the launcher needs them again (a few tenths of a second each on 2 cores, so seconds of a
-    sweep's start-up): the config loader keeps each composition, and hands out copies of it."""
-    loader = hydra_context.config_loader
-    if getattr(loader, "_harness_composed", None) is not None:
-        return
-    compose = loader.load_sweep_config
-    composed: dict[tuple[str, ...], DictConfig] = {}
-
-    def load_sweep_config(master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        key = tuple(sweep_overrides)
-        if key not in composed:
-            composed[key] = compose(master_config, list(sweep_overrides))
-        return copy.deepcopy(composed[key])
-
-    loader._harness_composed = composed  # type: ignore[attr-defined]
-    loader.load_sweep_config = load_sweep_config  # type: ignore[method-assign]
-
-
 class RayLauncher(Launcher):
     def __init__(self) -> None:
         self.config: DictConfig | None = None
@@ -52,11 +32,13 @@ class RayLauncher(Launcher):
         self.task_function: TaskFunction | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from harness.driver.hydra_insides import compose_once  # Hydra's alone: milliseconds
+
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
-        _compose_once(hydra_context)  # before the sweeper composes the batch to check it
+        compose_once(hydra_context)  # before the sweeper composes the batch to check it
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        # The one import of the harness, here rather than at the top: Hydra imports every plugin
+        # The sweep's import of the harness, here rather than at the top: Hydra imports every plugin
         # whenever it starts (a single run, `--help`, a bad value on the command line), and the sweep's
         # driver brings Ray, polars and the pool with it (about 2 s on 2 cores).
         from harness.driver.multirun import launch_sweep

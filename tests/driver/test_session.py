@@ -59,10 +59,14 @@ def test_a_single_run_and_a_sweep_start_their_pools_through_the_same_function():
     assert called["launch_sweep"] == {"hydra_plugins.harness_ray_launcher.ray_launcher.RayLauncher.launch"}
 
 
-def test_the_launcher_reaches_the_harness_through_one_import_only():
+def test_the_launcher_reaches_the_harness_through_the_sweep_and_hydras_insides_only():
+    """The sweep (harness/driver/multirun.py), and for the launcher's set-up Hydra's insides
+    (harness/driver/hydra_insides.py, which imports only Hydra's and OmegaConf's)."""
     launcher = modules()["hydra_plugins.harness_ray_launcher.ray_launcher"]
-    assert [name for name in imported_names(launcher) if name.split(".")[0] == "harness"] == [
-        "harness.driver.multirun"]
+    assert sorted(name for name in imported_names(launcher) if name.split(".")[0] == "harness") == [
+        "harness.driver.hydra_insides", "harness.driver.multirun"]
+    insides = imported_names(modules()["harness.driver.hydra_insides"])
+    assert {name.split(".")[0] for name in insides} <= {"copy", "hydra", "omegaconf"}, insides
 
 
 def _fake_parts(monkeypatch, lease: AgentPool | None) -> list[str]:
