@@ -54,6 +54,18 @@ class Component(BaseModel):
         """The dict `hydra.utils.instantiate` takes: target and kwargs, without the name."""
         return {"_target_": self.target, **self.kwargs()}
 
+    def declares(self, method: str, default: bool) -> bool:
+        """What the target class's classmethod `method` says of these options (an agent's
+        `uses_embedder`, `learns_weights`), read without building it; `default` where the target does
+        not import (building it reports that, in one line) or has no such method."""
+        from hydra.utils import get_class
+
+        try:
+            declared = getattr(get_class(self.target), method, None)
+        except Exception:
+            return default
+        return bool(declared(self.kwargs())) if callable(declared) else default
+
     @model_validator(mode="after")
     def _absolute_paths(self) -> Component:
         """Options named `path` or `*_path`/`*_dir` (a string or a list of them) are read from where the

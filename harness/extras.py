@@ -89,13 +89,17 @@ def check(settings: HarnessConfig) -> None:
 
 def needed(settings: HarnessConfig) -> list[tuple[str, Extra, str]]:
     """What the job's choices need beyond the core: (who needs it, the extra, the other way out)."""
-    from harness.agent_run.components import uses_embedder
     from harness.models.minilm import MINILM_PREFIX
 
     found: list[tuple[str, Extra, str]] = []
     if settings.model.serves_locally:
         found.append(("model=smollm2 (the default model)", EXTRAS["smollm2"], _api_model_instead()))
-    if settings.embedder.name.split("/", 1)[0] == MINILM_PREFIX and uses_embedder(settings.variant):
+    if settings.variant.declares("learns_weights", False) and (settings.model.serves_locally
+                                                               or settings.model.weights):
+        found.append((f"variant={settings.variant.name}", EXTRAS["train"],
+                      "; or model=scripted (a stand-in that trains nothing)"))
+    if (settings.embedder.name.split("/", 1)[0] == MINILM_PREFIX
+            and settings.variant.declares("uses_embedder", True)):
         found.append((f"embedder=minilm (variant={settings.variant.name} embeds)", EXTRAS["minilm"],
                       "; or embedder=hashing (no extra, not semantic) or embedder=litellm"))
     env = f"env={settings.env.name}"

@@ -262,7 +262,8 @@ MISSING = {
                       'pip install "harness[reasoning-gym]"'),
     "math": (("model=scripted", "env=math500"),
              'scorer math (env=math500) needs the math extra: pip install "harness[math]"'),
-    "train": (("variant=sft",), 'variant=sft needs the train extra: pip install "harness[train]"'),
+    "train": (("variant=sft",), 'variant=sft needs the train extra: pip install "harness[train]"; '
+                                "or model=scripted (a stand-in that trains nothing)"),
 }
 """Per extra (all of `harness[all]`): a command's overrides that need it, and the line it stops with."""
 

@@ -33,22 +33,12 @@ def instantiate_component(cfg: dict[str, Any], field: str, expected: type, **kwa
 def uses_embedder(variant: Component) -> bool:
     """Whether the variant's agent calls the embedder (harness.agent_api.Agent.uses_embedder). A
     target that does not import says yes: building the agent reports it, in one line."""
-    try:
-        agent = get_class(variant.target)
-    except Exception:
-        return True
-    declared = getattr(agent, "uses_embedder", None)
-    return bool(declared(variant.kwargs())) if callable(declared) else True
+    return variant.declares("uses_embedder", True)
 
 
 def learns_weights(variant: Component) -> bool:
     """Whether the variant's agent trains the model's weights (harness.agent_api.Agent.learns_weights)."""
-    try:
-        agent = get_class(variant.target)
-    except Exception:  # building the agent reports it, in one line
-        return False
-    declared = getattr(agent, "learns_weights", None)
-    return bool(declared(variant.kwargs())) if callable(declared) else False
+    return variant.declares("learns_weights", False)
 
 
 def models_in_use(settings: HarnessConfig) -> list[EndpointSettings]:

@@ -324,19 +324,25 @@ class EpisodeRunner:
         made = self.recorder.take()
         episode = _episode_record(spec, agent, task, this_episode, position, probe, results, calls, error,
                                   started_at, time.perf_counter() - clock, made.get(TrainingRow.table, []))
-        where = {"run_id": spec.run_id, "episode_id": this_episode, "task_id": task.task_id,
-                 "stream_position": position}
-        sink.append(LLMCall.table, [call.model_dump() for call in calls])
-        sink.append(TranscriptRow.table, [transcript.model_dump() for transcript in transcripts])
-        sink.append(AttemptRow.table, [
-            AttemptRow(**where, attempt=r.number, response=r.response, raw_response=r.raw_response,
-                       success=r.success, score=r.score, judge_score=r.judge_score, reward=r.reward,
-                       steps=r.steps, reflection=r.reflection, score_reason=r.score_reason).model_dump()
-            for r in results])
-        for table, rows in made.items():
-            sink.append(table, [row.model_dump() for row in rows])
-        sink.append(SnapshotRow.table, saved)
-        sink.append(Episode.table, [episode.model_dump()])
+        _write(sink, episode, calls, transcripts, results, made, saved)
+
+
+def _write(sink: RecordSink, episode: Episode, calls: list[LLMCall], transcripts: list[TranscriptRow],
+           results: list[AttemptResult], made: dict[str, list[Record]], saved: list[dict[str, Any]]) -> None:
+    """Everything one episode produced, the episode's own row last (its presence says the rest is there)."""
+    where = {"run_id": episode.run_id, "episode_id": episode.episode_id, "task_id": episode.task_id,
+             "stream_position": episode.stream_position}
+    sink.append(LLMCall.table, [call.model_dump() for call in calls])
+    sink.append(TranscriptRow.table, [transcript.model_dump() for transcript in transcripts])
+    sink.append(AttemptRow.table, [
+        AttemptRow(**where, attempt=r.number, response=r.response, raw_response=r.raw_response,
+                   success=r.success, score=r.score, judge_score=r.judge_score, reward=r.reward,
+                   steps=r.steps, reflection=r.reflection, score_reason=r.score_reason).model_dump()
+        for r in results])
+    for table, rows in made.items():
+        sink.append(table, [row.model_dump() for row in rows])
+    sink.append(SnapshotRow.table, saved)
+    sink.append(Episode.table, [episode.model_dump()])
 
 
 def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: str, position: int,

@@ -52,6 +52,12 @@ def last_user_turn(messages: list[dict[str, Any]]) -> str:
     return next((str(m.get("content") or "") for m in reversed(messages) if m["role"] == "user"), "")
 
 
+def conversation_tokens(messages: list[dict[str, Any]]) -> int:
+    """Tokens of a conversation as the scripted model counts its prompts (litellm's tokenizer): what
+    its stand-in trainer counts as trained."""
+    return int(litellm.token_counter(model="gpt-3.5-turbo", messages=messages))
+
+
 @functools.cache
 def adapter_replies(directory: str) -> dict[str, str]:
     """The replies a scripted adapter was trained on (an adapter's directory never changes: its name

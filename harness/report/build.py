@@ -300,8 +300,8 @@ def matched_sections(learning: pl.DataFrame, unit: str = "seed") -> list[Section
     tokens; the text says which and why."""
     text = ("Episodes finished within the largest cumulative spend every agent run reached (95% CI over the "
             "group's seeds, as in Variants); spend counts every call and, for a learner variant, its weight "
-            "updates (tokens trained, at model.price.train_per_token; `train_share`: the share of the tokens "
-            "that were trained on)")
+            "updates (tokens trained, at the model's price.train_per_token; `train_share`: the share of the "
+            "tokens that were trained on)")
     spend, why = spend_unit(learning)
     budget, matched = matched_spend(learning, unit=unit)
     by_tokens = Section(f"Accuracy at matched spend: {budget:.0f} tokens per agent run",

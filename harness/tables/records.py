@@ -303,7 +303,7 @@ class Episode(Record):
     """Tokens a learner variant trained on after this task (the `training` rows of this episode);
     counted in the token budget beside total_tokens, which counts calls only."""
     train_cost_usd: float = 0.0
-    """cost_usd of this episode's `training` rows (model.price.train_per_token)."""
+    """cost_usd of this episode's `training` rows (price.train_per_token of the model)."""
     train_flops: float | None = 0.0
     """flops of this episode's `training` rows; null if any is unknown."""
     memory_size: int | None
@@ -742,7 +742,7 @@ class TrainingRow(Record):
     (docs/weights.md, "How an update is priced"); null for the scripted trainer without
     model.parameters."""
     cost_usd: float
-    """tokens_trained x model.price.train_per_token."""
+    """tokens_trained x price.train_per_token of the model."""
     adapter: str
     """sha256 of the adapter's weights after the update; calls served with it carry it in
     llm_calls.adapter."""

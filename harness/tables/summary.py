@@ -112,11 +112,9 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     """
     if episodes.is_empty():
         return pl.DataFrame()
-    for column in ("cache_read_tokens", "reasoning_tokens"):  # tables written before schema 5
-        if column not in episodes.columns:
-            episodes = episodes.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
-    if "train_tokens" not in episodes.columns:  # before schema 9: nothing trained
-        episodes = episodes.with_columns(pl.lit(0, dtype=pl.Int64).alias("train_tokens"))
+    for column, value in (("cache_read_tokens", None), ("reasoning_tokens", None), ("train_tokens", 0)):
+        if column not in episodes.columns:  # tables written before schema 5 (9: nothing trained)
+            episodes = episodes.with_columns(pl.lit(value, dtype=pl.Int64).alias(column))
     if runs is not None:
         episodes = label_runs(episodes, runs)
     stream = ~pl.col("probe")

@@ -139,9 +139,7 @@ class ScriptedBackend:
 
     async def train(self, kind: str, examples: list[LearningExample], options: TrainOptions,
                     previous: Path | None, previous_adapter: str | None, directory: Path) -> dict[str, Any]:
-        import litellm
-
-        from harness.models.scripted import SCRIPTED_ADAPTER, last_user_turn
+        from harness.models.scripted import SCRIPTED_ADAPTER, conversation_tokens, last_user_turn
 
         clock, cpu = time.perf_counter(), time.process_time()
         replies = json.loads((previous / SCRIPTED_ADAPTER).read_text())["replies"] if previous else {}
@@ -149,10 +147,8 @@ class ScriptedBackend:
         for example in examples:
             prompt = last_user_turn(example.messages)
             replies[prompt] = example.reply
-            for reply in (example.reply, example.rejected):
-                if reply is not None:
-                    said = [*example.messages, {"role": "assistant", "content": reply}]
-                    one_pass += litellm.token_counter(model="gpt-3.5-turbo", messages=said)
+            one_pass += sum(conversation_tokens([*example.messages, {"role": "assistant", "content": reply}])
+                            for reply in (example.reply, example.rejected) if reply is not None)
         body = json.dumps({"replies": replies}, sort_keys=True).encode()
         (directory / SCRIPTED_ADAPTER).write_bytes(body)
         tokens = one_pass * options.steps
