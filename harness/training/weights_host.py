@@ -38,9 +38,12 @@ class LoraWeights:
         self.model: Any = None
         self.tokenizer: Any = None
         self.adapter: str | None = None
-        """The hash of the adapter the model holds; None: none attached yet."""
+        """The hash of the adapter the model holds; None: none trained yet (or reset to the first)."""
+        self._fresh: dict[str, Any] = {}
 
     def _load(self, rank: int, alpha: float, modules: tuple[str, ...]) -> None:
+        from peft import get_peft_model_state_dict
+
         from harness.training.base_model import load_base
         from harness.training.lora import LoraOptions, attach
 
@@ -48,23 +51,21 @@ class LoraWeights:
         self.tokenizer = base.tokenizer
         self.model = attach(base.model, LoraOptions(rank=rank, alpha=alpha, modules=tuple(modules)),
                             seed=self.seed)
+        self._fresh = {name: tensor.detach().clone()
+                       for name, tensor in get_peft_model_state_dict(self.model).items()}
 
     def _continue_from(self, directory: str | None, adapter: str | None) -> None:
-        """The model's adapter set to the one saved in `directory` (hash `adapter`), or to zero (B = 0:
-        the base) when `directory` is None, unless the model holds it already."""
+        """The model's adapter set to the one saved in `directory` (hash `adapter`), or to the one first
+        attached (B = 0: the base) when `directory` is None, unless the model holds it already."""
         from harness.training.lora import adapter_hash
 
         if self.adapter == adapter and (adapter is not None or directory is None):
             return
-        if directory is None:
-            import torch
+        from peft import set_peft_model_state_dict
 
-            for name, parameter in self.model.named_parameters():
-                if "lora_B" in name:
-                    with torch.no_grad():
-                        parameter.zero_()
+        if directory is None:  # the adapter as attached: A as the seed drew it, B zero (the base)
+            set_peft_model_state_dict(self.model, self._fresh)
         else:
-            from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 
             set_peft_model_state_dict(self.model, load_file(str(Path(directory) / PEFT_WEIGHTS)))

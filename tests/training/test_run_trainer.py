@@ -35,3 +35,33 @@ def test_a_trainer_is_reserved_its_memory_and_a_wait_for_it_is_said(monkeypatch,
     monkeypatch.setattr(ray, "available_resources", lambda: {"memory": 8.0 * 2**30})
     backend._start(TrainOptions(memory_gb=2.0))
     assert "waits" not in caplog.text
+
+
+def test_lora_weights_continue_from_any_saved_adapter_and_reset_to_the_first(monkeypatch, tmp_path):
+    """What resume and an isolated stream rely on: an update from the base, or from an adapter saved by
+    another process, gives the adapter it gave the first time (tiny Llama; nothing downloaded)."""
+    import pytest
+
+    pytest.importorskip("peft")
+    from harness.training import base_model
+    from harness.training.weights_host import LoraWeights
+    from tests.training import tiny
+
+    tokenizer = tiny.tokenizer()
+    monkeypatch.setattr(base_model, "load_base", lambda gguf=None: base_model.LoadedBase(
+        model=tiny.model(len(tokenizer)), tokenizer=tokenizer, gguf=None))
+    options = TrainOptions(steps=2, learning_rate=1e-2).model_dump(mode="json")
+    examples = [{"messages": [{"role": "user", "content": "Capital of Wakanda?"}], "reply": "Birnin Zana"}]
+
+    def update(weights, previous, name):
+        return weights.train("sft", examples, options, previous and str(tmp_path / previous),
+                             previous and first["adapter_hash"], str(tmp_path / name))["adapter_hash"]
+
+    weights = LoraWeights(None, seed=0)
+    first = weights.train("sft", examples, options, None, None, str(tmp_path / "a"))
+    second = update(weights, "a", "b")
+    assert second != first["adapter_hash"]
+    assert update(weights, None, "c") == first["adapter_hash"]  # reset to the base: the same first update
+    elsewhere = LoraWeights(None, seed=0)  # another process, resuming from the saved first adapter
+    assert update(elsewhere, "a", "d") == second
+    assert {"adapter.gguf", "adapter_model.safetensors"} <= {path.name for path in (tmp_path / "a").iterdir()}
