@@ -240,3 +240,168 @@ def test_a_class_name_means_one_class_across_the_packages():
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 by_name[node.name].append(name)
     assert {cls: found for cls, found in by_name.items() if len(found) > 1} == {}
+
+
+LIBRARY_INSIDES = {"ray": "harness.driver.ray_insides", "hydra": "harness.driver.hydra_insides"}
+"""The one module per library that may use its private insides, what no public API of it gives; each
+with a test that names the installed version when an upgrade moves what it relies on."""
+LIBRARIES = ("ray", "hydra", "omegaconf")
+PATCHED_LIBRARIES = ("ray", "hydra")
+"""Whose objects are not ours to assign to (an omegaconf config's keys are set by assignment)."""
+IMPORTED = 1_000
+"""How deep an imported name (a module, a class) is in its library: every attribute of it is its own."""
+
+
+def _private(name: str) -> bool:
+    """`_private`, `_global_node`: not `__ray_ready__` (a dunder) nor `_target_` (a config key)."""
+    return name.startswith("_") and not name.endswith("_")
+
+
+def _chain(node: ast.AST) -> tuple[str, int]:
+    """The name an attribute chain starts at ("" for none), and how many attributes long it is."""
+    depth = 0
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node, depth = node.value, depth + 1
+    return (node.id if isinstance(node, ast.Name) else ""), depth
+
+
+def _held(nodes: list[ast.AST]) -> dict[str, tuple[str, int]]:
+    """Name -> (library, depth) for the names of a file that hold something of Ray, Hydra or OmegaConf:
+    the libraries' own names and what the file imports of them (`IMPORTED` deep); what is handed over
+    (0 deep): a parameter annotated with one of their types, what a function of the file returns where
+    its annotation names one, an element of either; and a name assigned from an attribute of any of
+    these (`loader = context.config_loader`: 1 deep)."""
+    held = {library: (library, IMPORTED) for library in LIBRARIES}
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            held.update({alias.asname or alias.name.split(".")[0]: (alias.name.split(".")[0], IMPORTED)
+                         for alias in node.names if alias.name.split(".")[0] in LIBRARIES})
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0
+              and (library := (node.module or "").split(".")[0]) in LIBRARIES):
+            held.update({alias.asname or alias.name: (library, IMPORTED) for alias in node.names})
+    binding = [node for node in nodes if isinstance(node, ast.arg | ast.Assign | ast.For | ast.AsyncFor
+                                                      | ast.comprehension)]
+    functions = [node for node in nodes
+                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None]
+    while True:  # names held through names held through ...
+        returning = {node.name: library for node in functions if (library := _naming(node.returns, held))}
+        found = {name: value for node in binding for name, value in _bindings(node, held, returning).items()
+                 if name not in held}
+        if not found:
+            return held
+        held.update(found)
+
+
+def _naming(annotation: ast.AST, held: dict[str, tuple[str, int]]) -> str | None:
+    """The library of a type an annotation names, if it names one."""
+    return next((held[name.id][0] for name in ast.walk(annotation) if isinstance(name, ast.Name)
+                 and name.id in held), None)
+
+
+def _bindings(node: ast.AST, held: dict[str, tuple[str, int]], returning: dict[str, str]
+              ) -> dict[str, tuple[str, int]]:
+    """The names `node` binds to something of a library's, by what they are bound to."""
+    if isinstance(node, ast.arg) and node.annotation is not None:
+        library = _naming(node.annotation, held)
+        return {node.arg: (library, 0)} if library else {}
+    if isinstance(node, ast.Assign | ast.For | ast.AsyncFor | ast.comprehension):
+        value = node.value if isinstance(node, ast.Assign) else node.iter
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if isinstance(value, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            value = value.generators[0].iter
+        if isinstance(value, ast.Call) and _called(value) in returning:
+            bound = (returning[_called(value)], 0)
+        elif (chain := _chain(value))[0] in held:
+            library, depth = held[chain[0]]
+            bound = (library, 0) if not isinstance(node, ast.Assign) else (library, depth + chain[1])
+        else:
+            return {}
+        return {target.id: bound for target in targets if isinstance(target, ast.Name)}
+    return {}
+
+
+def _use(node: ast.AST, held: dict[str, tuple[str, int]]) -> str | None:
+    """The library whose insides `node` reaches into, if it does."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if node.level == 0 else [])
+        return next((name.split(".")[0] for name in names if name.split(".")[0] in LIBRARIES
+                     and any(_private(part) for part in name.split("."))), None)
+    if isinstance(node, ast.Attribute) and (root := _chain(node)[0]) in held:
+        library, depth = held[root]
+        reached = depth + _chain(node)[1]
+        patched = isinstance(node.ctx, ast.Store) and library in PATCHED_LIBRARIES and reached > 1
+        return library if _private(node.attr) or patched else None
+    if isinstance(node, ast.Call) and (root := _chain(node.func)[0]) in held:
+        return held[root][0] if any(_private(keyword.arg or "") for keyword in node.keywords) else None
+    if (isinstance(node, ast.Call) and _called(node) in ("getattr", "setattr", "delattr")
+            and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+            and (root := _chain(node.args[0])[0]) in held):
+        library, depth = held[root]
+        if _called(node) == "getattr":
+            return library if _private(str(node.args[1].value)) else None
+        return library if library in PATCHED_LIBRARIES and depth + _chain(node.args[0])[1] > 0 else None
+    return None
+
+
+def private_uses(path: Path) -> list[str]:
+    """Where a file reaches into Ray's, Hydra's or OmegaConf's insides, a line each, library first: an
+    import of a private module (`ray._private`, `ray._raylet`, `hydra._internal`), an attribute or a
+    keyword with a leading underscore on something of theirs (`ray._private.worker`, `getattr(node,
+    "_global_node")`, `JobReturn(_return_value=...)`), or an assignment to an attribute of their
+    machinery (a monkeypatch: `Node.start_api_server = ...`, `context.config_loader.load_sweep_config =
+    ...`; a field of an object handed over, `job_return.return_value = ...`, is that object's to set)."""
+    nodes = list(ast.walk(ast.parse(path.read_text())))
+    held = _held(nodes)
+    found: dict[int, str] = {}
+    for node in nodes:
+        if library := _use(node, held):
+            found.setdefault(node.lineno, f"{library}: {ast.unparse(node).splitlines()[0]}")
+    return [f"line {line}: {what}" for line, what in sorted(found.items())]
+
+
+def test_only_one_module_per_library_reaches_into_ray_or_hydra():
+    found = {}
+    for name, path in modules().items():
+        if name.split(".")[0] in ("harness", "hydra_plugins"):
+            uses = [use for use in private_uses(path)
+                    if LIBRARY_INSIDES.get(use.split(": ")[1]) != name]
+            if uses:
+                found[name] = uses
+    assert found == {}, ("use the library's public API, or keep the private use in "
+                         f"{' / '.join(LIBRARY_INSIDES.values())} with its version test")
+    for library, module in LIBRARY_INSIDES.items():
+        assert any(use.split(": ")[1] == library for use in private_uses(modules()[module])), \
+            f"{module} uses nothing of {library}'s insides: remove it and its entry"
+
+
+def test_the_insides_check_sees_every_way_of_reaching_in(tmp_path):
+    code = tmp_path / "code.py"
+    code.write_text("import ray\nimport ray._private.worker as w\nfrom ray._raylet import GcsClient\n"
+                    "from hydra._internal.utils import x\nfrom hydra.core.utils import JobReturn\n"
+                    "from hydra.types import HydraContext\nfrom omegaconf import DictConfig, OmegaConf\n"
+                    "def f(context: HydraContext, cfg: DictConfig, done: JobReturn):\n"
+                    "    node = ray._private.worker._global_node\n"  # 9
+                    "    loader = context.config_loader\n"
+                    "    loader.load_sweep_config = None\n"  # 11
+                    "    context.config_loader.load_sweep_config = None\n"  # 12
+                    "    getattr(w, '_global_node', None)\n"  # 13
+                    "    setattr(ray.util, 'x', 1)\n"  # 14
+                    "    OmegaConf._get_node(cfg)\n"  # 15
+                    "    JobReturn(_return_value=1)\n"  # 16
+                    "    ray.util.metrics = None\n"  # 17
+                    "    cfg.hydra.job.id = 1\n"
+                    "    cfg._target_\n"
+                    "    ray.get(a.__ray_ready__.remote())\n"
+                    "    done.return_value = 1\n"
+                    "    self._private = 1\n"
+                    "    ray.init(address='local', **options)\n"
+                    "def jobs() -> list[JobReturn]: ...\n"
+                    "def g():\n"
+                    "    ray = sys.modules.get('ray')\n"
+                    "    ray._private.worker\n"  # 27
+                    "    failed = [r for r in jobs() if r]\n"
+                    "    for result in failed:\n"
+                    "        result._return_value\n")  # 30
+    lines = [int(found.split(":")[0].removeprefix("line ")) for found in private_uses(code)]
+    assert lines == [2, 3, 4, 9, 11, 12, 13, 14, 15, 16, 17, 27, 30]
