@@ -19,7 +19,7 @@ from harness.agent_api import Completion, Message
 from harness.clock import utc_now
 from harness.config import BudgetSettings, CacheSettings
 from harness.models.budget import RunLedger
-from harness.tables.records import LLMCall, Purpose, TranscriptRow, Usage
+from harness.tables.records import CallKey, LLMCall, Purpose, TranscriptRow, Usage
 
 BUDGET_EXHAUSTED = "BudgetExhausted"
 """Prefix of the error of a call the gateway refused because the run's budget was spent."""
@@ -229,9 +229,7 @@ class AgentModelClient:
 
     def _transcript(self, request: CallRequest, result: CallResult) -> TranscriptRow:
         said = request.texts if request.kind == "embed" else request.messages
-        record = result.record
-        return TranscriptRow(call_id=record.call_id, run_id=record.run_id, episode_id=record.episode_id,
-                             task_id=record.task_id, attempt=record.attempt, purpose=record.purpose,
+        return TranscriptRow(**result.record.model_dump(include=set(CallKey.model_fields)),
                              messages=json.dumps(said, ensure_ascii=False), reply=result.text,
                              tool_calls=json.dumps([c.model_dump() for c in result.tool_calls])
                              if result.tool_calls else None)

@@ -99,13 +99,12 @@ class Record(BaseModel):
                                            "harness.table": cls.table})
 
 
-class LLMCall(Record):
-    """One model call through the gateway: the unit every token and dollar is counted in."""
-
-    table: ClassVar[str] = "llm_calls"
+class CallKey(Record):
+    """The columns that name a model call and what it was made for: the first of `llm_calls`,
+    `interrupted_calls` and `transcripts` alike (a transcript joins its call on `call_id`)."""
 
     call_id: str
-    """Unique id of this call (uuid4 hex)."""
+    """Unique id of the call (uuid4 hex)."""
     run_id: str
     """Agent run that made the call (one variant x seed x env x model stream)."""
     episode_id: str | None
@@ -118,6 +117,13 @@ class LLMCall(Record):
     """Why the call was made: act (solving the task) or one kind of self-improvement overhead:
     reflect, distill, optimize, judge, toolgen, embed, critique (self-refine), curate (playbook,
     cheatsheet), propose (skills), validate (gate probes), safety (safety checks)."""
+
+
+class LLMCall(CallKey):
+    """One model call through the gateway: the unit every token and dollar is counted in."""
+
+    table: ClassVar[str] = "llm_calls"
+
     model: str
     """litellm model string; `scripted/...` marks the deterministic test model."""
     prompt_tokens: int
@@ -189,25 +195,13 @@ class InterruptedCall(LLMCall):
     table: ClassVar[str] = "interrupted_calls"
 
 
-class TranscriptRow(Record):
+class TranscriptRow(CallKey):
     """What one model call said: its input and its raw reply, before any answer extraction. Joins
     llm_calls on `call_id` (one row per call of llm_calls; off with output.transcripts=false).
     Values of secret environment variables are replaced by `[redacted]` before a row is made."""
 
     table: ClassVar[str] = "transcripts"
 
-    call_id: str
-    """The call (see llm_calls.call_id)."""
-    run_id: str
-    """Agent run that made the call."""
-    episode_id: str | None
-    """Episode the call belongs to (see episodes.episode_id)."""
-    task_id: str | None
-    """Task being worked on when the call was made."""
-    attempt: int
-    """Attempt number within the episode (1-based)."""
-    purpose: Purpose
-    """Why the call was made (see llm_calls.purpose)."""
     messages: str
     """The input as JSON: the chat messages (`[{"role": ..., "content": ...}, ...]`), or for an
     embedding call the list of texts embedded."""
