@@ -14,12 +14,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.tool_calls import ToolCall
-from harness.agent_api import Completion, Message
 from harness.clock import utc_now
 from harness.config import BudgetSettings, CacheSettings
 from harness.models.budget import RunLedger
-from harness.tables.records import CallKey, LLMCall, Purpose, TranscriptRow, Usage
+from harness.models.chat import Completion, Message, ToolCall
+from harness.tables.records import BENCHMARK_PURPOSES, CallKey, LLMCall, Purpose, TranscriptRow, Usage
 
 BUDGET_EXHAUSTED = "BudgetExhausted"
 """Prefix of the error of a call the gateway refused because the run's budget was spent."""
@@ -125,7 +124,9 @@ class AgentModelClient:
         """Never sent: the model refuses them (harness.driver.preflight.check_params)."""
         self.function_calling = function_calling
         self.ledger = RunLedger(budget)
-        """The run's one tally: every call is admitted against it before it is sent."""
+        """The run's one tally: every call of the agent's is admitted against it before it is sent."""
+        self.grading = RunLedger(None)
+        """The benchmark's grading calls (`grade`): tallied apart, never against the run's budget."""
         self.cache = cache
         self.model = model
         self.model_endpoint = model_endpoint
@@ -165,6 +166,17 @@ class AgentModelClient:
 
     async def complete(self, messages: list[Message], purpose: Purpose = "act",
                        **params: Any) -> Completion:
+        if purpose in BENCHMARK_PURPOSES:  # an agent's call billed as grading would escape its budget
+            raise ValueError(f"purpose {purpose!r} is the benchmark's, not an agent's (grade() sends it)")
+        return await self._complete(messages, purpose, params)
+
+    async def grade(self, messages: list[Message], **params: Any) -> Completion:
+        """A call of the benchmark's grader (the `judge` scorer): purpose `grade`, recorded and priced
+        like every call, outside the run's budget (`grading`, not `ledger`)."""
+        return await self._complete(messages, "grade", params)
+
+    async def _complete(self, messages: list[Message], purpose: Purpose,
+                        params: dict[str, Any]) -> Completion:
         if self.mark_cache:
             messages = cache_marked(messages)
         request = CallRequest(model=self.model, endpoint=self.model_endpoint, messages=messages,
@@ -210,18 +222,18 @@ class AgentModelClient:
         return result
 
     async def _record(self, request: CallRequest) -> CallResult:
-        refusal = self.ledger.exhausted()
+        ledger = self.grading if request.purpose in BENCHMARK_PURPOSES else self.ledger
+        refusal = ledger.exhausted()
         if refusal is not None:  # refused before sending: nothing spent, but the row says so
-            result = CallResult(record=_unsent(request, f"{BUDGET_EXHAUSTED}: {refusal}",
-                                               self.ledger.in_flight))
+            result = CallResult(record=_unsent(request, f"{BUDGET_EXHAUSTED}: {refusal}", ledger.in_flight))
         else:
-            in_flight = self.ledger.admit()
+            in_flight = ledger.admit()
             try:
                 result = await self.gateway.call(request.model_copy(update={"run_in_flight": in_flight}))
             except BaseException:  # the gateway was not reached, or the call was cancelled
-                self.ledger.settle(Usage())
+                ledger.settle(Usage())
                 raise
-            self.ledger.settle(result.record.usage)
+            ledger.settle(result.record.usage)
         self._records.append(result.record)
         if self.transcripts:
             self._transcripts.append(self._transcript(request, result))

@@ -20,14 +20,24 @@ from harness.tables.costs import add_costs
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 COMPRESSION = "zstd"
 """Parquet compression of every table (transcripts are mostly repeated prompt text)."""
 
-Purpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed", "critique", "curate",
-                  "propose", "validate", "safety"]
+AgentPurpose = Literal["act", "reflect", "distill", "optimize", "judge", "toolgen", "embed", "critique",
+                       "curate", "propose", "validate", "safety"]
+"""Why an agent's call was made: act, or one kind of self-improvement overhead. Counted against the
+run's budget and summed into its episodes' token columns."""
+BenchmarkPurpose = Literal["grade"]
+"""Why the benchmark made a call in an agent run: grade (the `judge` scorer grading a reply against
+its reference, envs/scorers/judge.py). Recorded and priced in llm_calls like every call, but not the
+agent's spend: outside the run's budget and its episodes' token columns (`grade_tokens` apart)."""
+Purpose = Literal[AgentPurpose, BenchmarkPurpose]
 PURPOSES: tuple[str, ...] = typing.get_args(Purpose)
-"""Every purpose, in the order the report shows them (act first: every other one is overhead)."""
+"""Every purpose, in the order the report shows them (act first: every other agent purpose is overhead;
+the benchmark's last)."""
+AGENT_PURPOSES: tuple[str, ...] = typing.get_args(AgentPurpose)
+BENCHMARK_PURPOSES: tuple[str, ...] = typing.get_args(BenchmarkPurpose)
 EditKind = Literal["lesson", "bullet", "skill", "tool"]
 """What an agent writes for itself that the safety check reads."""
 GateKind = Literal["lesson", "bullet", "skill", "tool", "prompt"]
@@ -115,8 +125,10 @@ class CallKey(Record):
     """Attempt number within the episode (1-based)."""
     purpose: Purpose
     """Why the call was made: act (solving the task) or one kind of self-improvement overhead:
-    reflect, distill, optimize, judge, toolgen, embed, critique (self-refine), curate (playbook,
-    cheatsheet), propose (skills), validate (gate probes), safety (safety checks)."""
+    reflect, distill, optimize, judge (the agent's own reference-free judge, variant.judge), toolgen,
+    embed, critique (self-refine), curate (playbook, cheatsheet), propose (skills), validate (gate
+    probes), safety (safety checks); or grade, the benchmark's own cost: the `judge` scorer grading a
+    reply against its reference (outside the run's budget and its episodes' token columns)."""
 
 
 class LLMCall(CallKey):
@@ -268,31 +280,39 @@ class Episode(Record):
     model: str
     """litellm model string used to act; `scripted/...` marks the deterministic test model."""
     n_calls: int
-    """Number of model calls made for this episode (all purposes)."""
+    """Number of the agent's model calls for this episode: its llm_calls rows of every purpose but
+    grade (the benchmark's grading, counted apart in grade_tokens)."""
     prompt_tokens: int
-    """Sum of prompt_tokens over this episode's llm_calls rows."""
+    """Sum of prompt_tokens over this episode's llm_calls rows but grade's (as every column of the
+    agent's spend below, to flops)."""
     completion_tokens: int
-    """Sum of completion_tokens over this episode's llm_calls rows."""
+    """Sum of completion_tokens over this episode's llm_calls rows but grade's."""
     total_tokens: int
-    """Sum of total_tokens over this episode's llm_calls rows."""
+    """Sum of total_tokens over this episode's llm_calls rows but grade's: the agent's tokens."""
     cost_usd: float | None
-    """Sum of cost_usd over this episode's llm_calls rows; null if any call's cost is unknown."""
+    """Sum of cost_usd over this episode's llm_calls rows but grade's; null if any call's cost is unknown."""
     cache_read_tokens: int | None
-    """Sum of cache_read_tokens over this episode's llm_calls rows; null if any is unknown."""
+    """Sum of cache_read_tokens over this episode's llm_calls rows but grade's; null if any is unknown."""
     cache_write_tokens: int | None
-    """Sum of cache_write_tokens over this episode's llm_calls rows; null if any is unknown."""
+    """Sum of cache_write_tokens over this episode's llm_calls rows but grade's; null if any is unknown."""
     reasoning_tokens: int | None
-    """Sum of reasoning_tokens over this episode's llm_calls rows; null if any is unknown."""
+    """Sum of reasoning_tokens over this episode's llm_calls rows but grade's; null if any is unknown."""
     act_tokens: int
     """total_tokens of this episode's calls with purpose act."""
     act_cost_usd: float | None
     """cost_usd of this episode's calls with purpose act."""
     overhead_tokens: int
-    """total_tokens of this episode's self-improvement calls (every purpose but act)."""
+    """total_tokens of this episode's self-improvement calls (every purpose but act and grade)."""
     overhead_cost_usd: float | None
-    """cost_usd of this episode's self-improvement calls (every purpose but act)."""
+    """cost_usd of this episode's self-improvement calls (every purpose but act and grade)."""
     flops: float | None = None
-    """Sum of flops over this episode's llm_calls rows; null if any is unknown."""
+    """Sum of flops over this episode's llm_calls rows but grade's; null if any is unknown."""
+    grade_tokens: int = 0
+    """total_tokens of this episode's grade calls: the benchmark's `judge` scorer grading its replies.
+    Not the agent's spend: outside its budget and every token and cost column above; 0 in rows written
+    before schema 10."""
+    grade_cost_usd: float | None = 0.0
+    """cost_usd of this episode's grade calls (outside cost_usd); null if any is unknown."""
     train_tokens: int = 0
     """Tokens a learner variant trained on after this task (the `training` rows of this episode);
     counted in the token budget beside total_tokens, which counts calls only."""
