@@ -6,7 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from harness.report.build import main, pareto_front
+from harness.report.build import main
+from harness.report.parts import pareto_front
 from harness.report.stats import bootstrap_ci
 from harness.tables.writer import TableWriter
 from tests.conftest import run_variant
@@ -81,7 +82,7 @@ def test_report_html_is_one_offline_page_with_every_section_the_plots_and_the_tr
 
 
 def test_matched_dollars_appear_when_the_calls_have_a_price():
-    from harness.report.build import matched_spend
+    from harness.report.grouped import matched_spend
     from tests.conftest import run_variant
 
     run = run_variant("model.price.input_per_token=0.001", "stream.num_tasks=4")
@@ -91,7 +92,8 @@ def test_matched_dollars_appear_when_the_calls_have_a_price():
 
 
 def test_matched_spend_is_the_smallest_total_any_run_reached(sweep):
-    from harness.report.build import find_run_dirs, load, matched_spend
+    from harness.report.grouped import matched_spend
+    from harness.report.loading import find_run_dirs, load
 
     episodes, _, _ = load(find_run_dirs([sweep]))
     budget, table = matched_spend(episodes)
@@ -189,14 +191,14 @@ def episodes_frame(costs: dict[str, list[float | None]]) -> pl.DataFrame:
 
 
 def test_a_group_with_an_unknown_cost_shows_its_dollars_as_unknown_not_understated():
-    from harness.report.build import main_table
+    from harness.report.grouped import main_table
 
     table = main_table(episodes_frame({"priced": [0.5, 0.25], "unpriced": [0.5, None]}))
     assert dict(table.select("variant", "cost_usd").iter_rows()) == {"priced": 0.75, "unpriced": None}
 
 
 def test_tokens_by_purpose_follow_the_registry_and_keep_a_purpose_it_does_not_know():
-    from harness.report.build import purpose_section
+    from harness.report.mechanism_sections import purpose_section
     from harness.tables.records import PURPOSES
 
     episodes = episodes_frame({"baseline": [0.0]})
@@ -210,7 +212,7 @@ def test_tokens_by_purpose_follow_the_registry_and_keep_a_purpose_it_does_not_kn
 
 
 def test_self_edit_counts_come_from_the_tables_registry():
-    from harness.report.build import EDIT_COUNTS
+    from harness.report.mechanism_sections import EDIT_COUNTS
     from harness.tables.records import TABLES
 
     assert EDIT_COUNTS and all(TABLES[table].edit_counts == counts for table, counts in EDIT_COUNTS.items())

@@ -1,0 +1,71 @@
+"""What the report reads: the run directories below the given paths, their episodes, llm_calls and runs
+tables with a status row per directory, and a `seeds=until_decided` sweep's own state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from harness.report.sequential import SEQUENTIAL_STATE
+from harness.tables.reading import read_table, read_tables, run_directories
+from harness.tables.summary import label_runs, settings_labels
+
+
+class ReportError(ValueError):
+    pass
+
+
+def find_run_dirs(paths: list[Path]) -> list[Path]:
+    runs: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            raise ReportError(f"{path}: no such directory")
+        found = [run for run in run_directories(path) if any((run / "episodes").glob("*.parquet"))]
+        if not found:
+            raise ReportError(f"{path}: holds no harness tables (no episodes/*.parquet below it)")
+        runs += found
+    return runs
+
+
+def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
+    """Episodes (with a `settings` label when a setting varies), llm_calls, and one status row per
+    run directory."""
+    run_rows = read_tables(runs, "runs")
+    episodes = label_runs(read_tables(runs, "episodes"), run_rows)
+    if episodes.is_empty():
+        raise ReportError(f"{', '.join(map(str, runs))}: no episodes written yet")
+    calls = read_tables(runs, "llm_calls")
+    labels = dict(settings_labels(run_rows).iter_rows())
+    status = []
+    for run in runs:
+        manifest_path = run / "manifest.json"
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
+        mine = read_table(run, "episodes")
+        done = mine.filter(~pl.col("probe") & pl.col("attempted")).height if mine.height else 0
+        row: dict = {"run_dir": str(run), "status": manifest.get("status", "unknown")}
+        if labels:
+            ids = set(mine["run_id"]) if mine.height else set()
+            row["settings"] = "; ".join(sorted({labels.get(i, "") for i in ids} - {""}))
+        own_calls = read_table(run, "llm_calls")
+        row |= {"episodes": done, "expected": expected, "llm_calls": own_calls.height,
+                "cached_share": float(own_calls["cached"].mean()) if own_calls.height else None}
+        status.append(row)
+    return episodes, calls, status
+
+
+def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Episodes of runs that learn (not snapshot evaluations)."""
+    return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
+
+
+def sequential_state(paths: list[Path]) -> dict | None:
+    """What a `seeds=until_decided` sweep among `paths` wrote after its rounds (harness/driver/
+    until_decided.py: its alpha, its reference, each round's verdicts), or None: a fixed sweep."""
+    for path in paths:
+        if (path / SEQUENTIAL_STATE).exists():
+            return json.loads((path / SEQUENTIAL_STATE).read_text())
+    return None
+
