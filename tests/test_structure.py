@@ -80,7 +80,7 @@ TABLE_READERS = ("read_parquet", "scan_parquet", "read_table", "ParquetFile", "d
 READS_FILES_OF_ITS_OWN = {
     "harness.agent_run.snapshots": "a snapshot's memory file, not a table",
     "harness.bench.viewer_speed": "splits a compacted table into parts to stage a running job for the viewer",
-    "envs.dataset": "a user's dataset file (how many rows a parquet holds), not a table",
+    "envs.dataset_reading": "a user's dataset file (how many rows a parquet holds), not a table",
 }
 
 
