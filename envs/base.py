@@ -94,12 +94,13 @@ class ReplyScorer(Protocol):
 
 
 class Checks(Protocol):
-    """What the harness lends a scorer that settles its verdict after the step: the run's model
-    (`complete`, as harness.agent_api.ModelClient: every such call has its row; envs/scorers/judge.py)
-    and the sandbox (`run_tests`: a program and its tests, each run where it reaches nothing of ours
-    and apart from the other, the verdict "passed" or "failed: <why>"; envs/scorers/code.py)."""
+    """What the harness lends a scorer that settles its verdict after the step: the run's model as
+    the benchmark's grader (`complete`: every such call has its row in llm_calls, purpose grade, priced,
+    outside the agent's budget; envs/scorers/judge.py) and the sandbox (`run_tests`: a program and its
+    tests, each run where it reaches nothing of ours and apart from the other, the verdict "passed" or
+    "failed: <why>"; envs/scorers/code.py)."""
 
-    async def complete(self, messages: list[dict[str, Any]], purpose: str = "act", **params: Any) -> Any: ...
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> Any: ...
 
     async def run_tests(self, program: str, tests: str, wall_s: float, memory_mb: int, weak: bool) -> str: ...
 

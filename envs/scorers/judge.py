@@ -1,9 +1,10 @@
-"""`judge`: an LLM grades the reply against the reference with a rubric (billed as `judge`).
+"""`judge`: an LLM grades the reply against the reference with a rubric (billed as `grade`).
 
 For answers no rule can check: free-form explanations, long answers, the papers that grade with a
 model (SimpleQA's and HotpotQA's model-graded variants, inspect_ai's `model_graded_qa`). The judge
-is the run's own model, asked through the run's model client, so each verdict is a row of
-`llm_calls` with purpose `judge`, counted in the run's spend like every call. It sees the question,
+is the run's own model, asked through the episode's checks, so each verdict is a row of `llm_calls`
+with purpose `grade`, priced like every call: the benchmark's cost, not the agent's, so outside the
+run's budget and its episodes' token columns (`episodes.grade_tokens`). It sees the question,
 the reference (and its aliases), the reply and the rubric, and ends its answer with `GRADE: C`
 (correct), `GRADE: P` (partly correct, half marks where `partial` is on) or `GRADE: I`, as
 inspect_ai's `model_graded_qa` asks.
@@ -88,8 +89,8 @@ class JudgeScorer(SettlingScorer):
         reference = " | ".join([task.answer, *task.aliases])
         content = self.prompt.format(question=task.question, reference=reference, reply=delimited(reply),
                                      rubric=self.rubric)
-        said = (await checks.complete([{"role": "user", "content": content}], purpose="judge",
-                                   max_tokens=self.max_tokens)).text
+        asked = [{"role": "user", "content": content}]
+        said = (await checks.complete(asked, max_tokens=self.max_tokens)).text
         given = grades(said)
         answer = reply.strip() or None
         if not given:

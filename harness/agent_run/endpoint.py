@@ -44,7 +44,7 @@ from harness.models.model_client import (
     ModelUnavailable,
 )
 from harness.redact import SECRET_NAME
-from harness.tables.records import PURPOSES, Usage
+from harness.tables.records import AGENT_PURPOSES, Usage
 
 CHAT_PARAMS = frozenset({
     "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "response_format",
@@ -91,7 +91,7 @@ class HttpEndpoint:
         return f"{root}/v1" if purpose == "act" else f"{root}/{purpose}/v1"
 
     def urls(self) -> dict[str, str]:
-        return {purpose: self.url(purpose) for purpose in PURPOSES if purpose != "embed"}
+        return {purpose: self.url(purpose) for purpose in AGENT_PURPOSES if purpose != "embed"}
 
     def rotate_key(self) -> None:
         """A new key; the old one is refused from now on."""
@@ -206,8 +206,8 @@ class HttpEndpoint:
 
 
 def check_purpose(purpose: str) -> None:
-    if purpose not in PURPOSES or purpose == "embed":
-        known = ", ".join(p for p in PURPOSES if p != "embed")
+    if purpose not in AGENT_PURPOSES or purpose == "embed":  # grade is the benchmark's, never an agent's
+        known = ", ".join(p for p in AGENT_PURPOSES if p != "embed")
         raise BadRequest(f"unknown purpose {purpose!r}: the URL or X-Harness-Purpose names one of {known}")
 
 

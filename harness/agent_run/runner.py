@@ -2,7 +2,9 @@
 
 Pure scheduling and accounting: hand the agent the task, let it attempt and learn, record.
 Agent logic stays in `agents/`, task logic in `envs/`. Every episode's token and cost columns are
-sums of the call records written beside it, so the tables cannot disagree.
+sums of the call records written beside it, so the tables cannot disagree: the agent's columns over
+its calls, `grade_*` over the benchmark's grading calls (purpose grade), which are in neither the
+agent's columns nor its budget.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from harness.models.model_client import (
 from harness.redact import RedactingSink, Redactor
 from harness.tables.costs import add_costs
 from harness.tables.records import (
+    BENCHMARK_PURPOSES,
     AttemptRow,
     Episode,
     LLMCall,
@@ -80,7 +83,11 @@ class RunOutcome(BaseModel):
     stopped_by: str | None
     """Why the run stopped before the end of its stream (e.g. the budget); None if it finished."""
     spent: Usage = Usage()
-    """What the run's calls cost, as its ledger counted them (replayed episodes of a resume included)."""
+    """What the run's calls cost, as its ledger counted them (replayed episodes of a resume included):
+    the agent's calls, grading not among them."""
+    graded: Usage = Usage()
+    """What grading the run's replies cost (purpose grade, the benchmark's: outside `spent` and the
+    budget)."""
 
 
 class EnvTrial(Trial):
@@ -221,7 +228,8 @@ async def _run_stream(spec: AgentRunSpec, llm: AgentModelClient, env: Environmen
             if position > 0 and position - 1 not in snapshots and not spec.frozen:
                 await episodes.snapshot(agent, position - 1, final=True)
             episodes.not_attempted(agent, spec.tasks[position:], position, stop)
-            return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent)
+            return RunOutcome(run_id=spec.run_id, episodes=position, stopped_by=stop, spent=llm.ledger.spent,
+                              graded=llm.grading.spent)
         if spec.scenario == "isolated" and position > 0:  # fresh: nothing learnt carries over
             await hosted.pop().close()
             agent = await start_agent(spec, llm, env, recorder, judge, endpoint, trainer)
@@ -231,7 +239,8 @@ async def _run_stream(spec: AgentRunSpec, llm: AgentModelClient, env: Environmen
         if position in probes:
             for i, probe in enumerate(spec.tasks[: spec.probe_size]):
                 await episodes.run(agent, probe, position, probe_index=i)
-    return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None, spent=llm.ledger.spent)
+    return RunOutcome(run_id=spec.run_id, episodes=len(spec.tasks), stopped_by=None, spent=llm.ledger.spent,
+                      graded=llm.grading.spent)
 
 
 class EpisodeRunner:
@@ -349,6 +358,8 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
                     probe: bool, results: list[AttemptResult], calls: list[LLMCall], error: str | None,
                     started_at: dt.datetime, latency_s: float, updates: Sequence[Record] = ()) -> Episode:
     final = results[-1] if results else None
+    graded = _sum_usage([c for c in calls if c.purpose in BENCHMARK_PURPOSES])
+    calls = [c for c in calls if c.purpose not in BENCHMARK_PURPOSES]  # the agent's: the columns below
     usage = _sum_usage(calls)
     trained = [row for row in updates if isinstance(row, TrainingRow)]
     act = _sum_usage([c for c in calls if c.purpose == "act"])
@@ -368,6 +379,7 @@ def _episode_record(spec: AgentRunSpec, agent: Agent, task: Task, episode_id: st
         act_tokens=act.total_tokens,
         act_cost_usd=act.cost_usd, overhead_tokens=overhead.total_tokens,
         overhead_cost_usd=overhead.cost_usd, flops=usage.flops,
+        grade_tokens=graded.total_tokens, grade_cost_usd=graded.cost_usd,
         train_tokens=sum(row.tokens_trained for row in trained),
         train_cost_usd=sum(row.cost_usd for row in trained),
         train_flops=add_costs(*(row.flops for row in trained)),

@@ -1,9 +1,11 @@
 """The budget ledger: what an agent run has spent, enforced before a call is sent.
 
-Caps count every purpose (acting and all self-improvement overhead) and cached answers at what
-they are billed. A call is admitted while the run is under its cap; calls already in flight when
-the cap is crossed still complete, so a run can overshoot by at most those calls, and each call
-records how many of its run's calls were in flight when it was admitted.
+Caps count every purpose of the agent's (acting and all self-improvement overhead) and cached
+answers at what they are billed; never the benchmark's grading (purpose grade), which its client
+tallies on a ledger of its own with no cap (AgentModelClient.grading). A call is admitted while the
+run is under its cap; calls already in flight when the cap is crossed still complete, so a run can
+overshoot by at most those calls, and each call records how many of its run's calls were in flight
+when it was admitted.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ class LLMCall(CallKey):
     budget refused it before sending; null on success."""
     run_in_flight: int
     """Calls of the same agent run already in flight when this one was admitted (what a budget can
-    be overshot by)."""
+    be overshot by); for a grade call, the run's grade calls (counted apart, against no budget)."""
     started_at: dt.datetime
     """UTC time the call was sent."""
     adapter: str | None = None
@@ -225,7 +225,10 @@ class TranscriptRow(CallKey):
 
 
 class Episode(Record):
-    """One task attempted by one agent run: its outcome and the sum of its model calls."""
+    """One task attempted by one agent run: its outcome and the sum of its model calls. The token,
+    dollar and FLOPs columns from n_calls to flops sum the agent's llm_calls rows (every purpose but
+    grade); grade_tokens and grade_cost_usd sum the benchmark's grading rows (purpose grade), which
+    count against no budget."""
 
     table: ClassVar[str] = "episodes"
 

@@ -22,6 +22,7 @@ import polars as pl
 
 from harness.tables.costs import known_sum
 from harness.tables.reading import read_tables
+from harness.tables.records import BENCHMARK_PURPOSES
 
 OWN_COLUMNS = {"variant.name": "variant", "env.name": "env", "stream.scenario": "scenario",
                "model.name": "model"}
@@ -106,21 +107,26 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
       nothing about the model); null without `calls`;
     - train_tokens: tokens a learner variant trained on (the `training` table), beside total_tokens,
       which counts calls; train_share: their share of the two together;
+    - grade_tokens, grade_cost_usd: what grading the replies cost (the `judge` scorer's calls,
+      purpose grade): the benchmark's, apart from the agent's total_tokens, cost_usd and llm_calls;
     - cache_read_share: the share of the stream's prompt tokens the provider read from its prompt
       cache (billed at its cache-read price); reasoning_tokens: hidden reasoning tokens billed as
       output; both null when a provider's usage did not say (or the tables predate them).
     """
     if episodes.is_empty():
         return pl.DataFrame()
-    for column, value in (("cache_read_tokens", None), ("reasoning_tokens", None), ("train_tokens", 0)):
-        if column not in episodes.columns:  # tables written before schema 5 (9: nothing trained)
-            episodes = episodes.with_columns(pl.lit(value, dtype=pl.Int64).alias(column))
+    for column, value, dtype in (("cache_read_tokens", None, pl.Int64), ("reasoning_tokens", None, pl.Int64),
+                                 ("train_tokens", 0, pl.Int64), ("grade_tokens", 0, pl.Int64),
+                                 ("grade_cost_usd", 0.0, pl.Float64)):
+        if column not in episodes.columns:  # tables written before schema 5 (9: nothing trained; 10: graded)
+            episodes = episodes.with_columns(pl.lit(value, dtype=dtype).alias(column))
     if runs is not None:
         episodes = label_runs(episodes, runs)
     stream = ~pl.col("probe")
     counted = stream & pl.col("attempted")
     if calls is not None and not calls.is_empty():
-        per_episode = calls.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
+        agents = calls.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES))  # n_calls counts these
+        per_episode = agents.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
         episodes = episodes.join(per_episode, on="episode_id", how="left")
         n_calls = pl.col("n_calls").filter(stream).sum()
         cached = (pl.when(n_calls > 0)
@@ -140,6 +146,8 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
             train_tokens=pl.col("train_tokens").filter(stream).sum(),
             train_share=pl.col("train_tokens").filter(stream).sum()
             / (pl.col("train_tokens") + pl.col("total_tokens")).filter(stream).sum(),
+            grade_tokens=pl.col("grade_tokens").filter(stream).sum(),
+            grade_cost_usd=known_sum(pl.col("grade_cost_usd").filter(stream)),
             llm_calls=pl.col("n_calls").filter(stream).sum(),
             cached_share=cached,
             cache_read_share=known_sum(pl.col("cache_read_tokens").filter(stream))
@@ -172,9 +180,10 @@ def episode_counts(episodes: pl.DataFrame) -> str:
     return f"{attempted} episodes" + (f" (+ {', '.join(extra)})" if extra else "")
 
 
-QUIET_WHEN_ZERO = ("cache_read_share", "reasoning_tokens", "train_tokens", "train_share")
+QUIET_WHEN_ZERO = ("cache_read_share", "reasoning_tokens", "train_tokens", "train_share", "grade_tokens",
+                   "grade_cost_usd")
 """Columns the printed summary leaves out when no run has any (a local model's prompt cache; a run that
-trains no weights): it is wide already."""
+trains no weights; an env whose scorer makes no model call): it is wide already."""
 
 
 def format_summary(summary: pl.DataFrame) -> str:

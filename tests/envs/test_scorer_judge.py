@@ -1,5 +1,6 @@
 """The `judge` scorer: the run's model grades a reply against the reference with a rubric; each
-verdict is a `judge` call with its row, and its grade is the attempt's score and reason."""
+verdict is a `grade` call with its row (the benchmark's, outside the agent's budget and token
+columns), and its grade is the attempt's score and reason."""
 
 import asyncio
 import json
@@ -21,8 +22,8 @@ class Judge:
     def __init__(self, said: str) -> None:
         self.said, self.asked = said, []
 
-    async def complete(self, messages, purpose="act", **params):
-        self.asked.append((messages, purpose, params))
+    async def complete(self, messages, **params):
+        self.asked.append((messages, params))
         return SimpleNamespace(text=self.said)
 
 
@@ -52,10 +53,10 @@ def test_the_judges_grade_line_is_the_score_and_its_reason(said, score, success,
     assert result.response == "It is Lima."
 
 
-def test_the_judge_is_asked_as_judge_with_the_question_reference_reply_and_rubric():
+def test_the_judge_is_asked_with_the_question_reference_reply_and_rubric():
     _, judge = judged("GRADE: C", rubric="Only the city counts.", max_tokens=64)
-    [(messages, purpose, params)] = judge.asked
-    assert purpose == "judge" and params == {"max_tokens": 64}
+    [(messages, params)] = judge.asked
+    assert params == {"max_tokens": 64}  # the purpose is the checks' to give: grade
     prompt = messages[0]["content"]
     for part in ("Capital of Peru?", "Lima | Lima, Peru", "It is Lima.", "Only the city counts."):
         assert part in prompt
@@ -75,22 +76,51 @@ def test_an_unjudged_episode_cannot_be_read_and_a_prompt_without_its_placeholder
         scorer({"name": "judge", "prompt": "{question} {reply} {rubric}"})
 
 
-def test_a_judged_stream_bills_each_verdict_as_judge_and_scores_by_it(tmp_path):
+def judged_stream(tmp_path, *overrides):
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [
         {"id": "q1", "question": "Capital of Peru?", "answer": "Lima"},
-        {"id": "q2", "question": "Capital of Chile?", "answer": "Santiago"}]) + "\n")
-    rules = ('model.scripted.rules=[{purpose:judge,contains:Peru,reply:"GRADE: C"},'
-             '{purpose:judge,reply:"GRADE: I"}]')
-    run = run_variant("env=jsonl", f"env.path={path}", "env.scorer=judge", "stream.num_tasks=2",
-                      "stream.tuning_size=0", rules)
+        {"id": "q2", "question": "Capital of Chile?", "answer": "Santiago"},
+        {"id": "q3", "question": "Capital of Peru, once more?", "answer": "Lima"}]) + "\n")
+    rules = ('model.scripted.rules=[{purpose:grade,contains:Peru,reply:"GRADE: C"},'
+             '{purpose:grade,reply:"GRADE: I"}]')
+    return run_variant("env=jsonl", f"env.path={path}", "env.scorer=judge", "stream.num_tasks=3",
+                       "stream.tuning_size=0", rules, *overrides)
+
+
+def test_a_judged_stream_bills_each_verdict_as_grade_and_scores_by_it(tmp_path):
+    run = judged_stream(tmp_path)
     calls = run.rows["llm_calls"]
-    assert sorted(c["purpose"] for c in calls) == ["act", "act", "judge", "judge"]
+    assert sorted(c["purpose"] for c in calls) == ["act"] * 3 + ["grade"] * 3
+    assert all(c["cost_usd"] is not None for c in calls)  # priced like every call
     by_task = {a["task_id"]: a for a in run.rows["attempts"]}
     assert (by_task["q1"]["success"], by_task["q1"]["score_reason"]) == (True, "the judge: correct")
     assert (by_task["q2"]["success"], by_task["q2"]["score_reason"]) == (False, "the judge: incorrect")
-    judge_calls = {c["episode_id"] for c in calls if c["purpose"] == "judge"}
-    assert judge_calls == {e["episode_id"] for e in run.rows["episodes"]}  # each billed to its episode
+    grade_calls = {c["episode_id"] for c in calls if c["purpose"] == "grade"}
+    assert grade_calls == {e["episode_id"] for e in run.rows["episodes"]}  # each billed to its episode
+    assert {c["call_id"] for c in calls} == {t["call_id"] for t in run.rows["transcripts"]}
+    for episode in run.rows["episodes"]:  # the agent's columns hold its calls, grade_* the benchmark's
+        own = [c for c in calls if c["episode_id"] == episode["episode_id"]]
+        agent = [c for c in own if c["purpose"] != "grade"]
+        grading = [c for c in own if c["purpose"] == "grade"]
+        assert episode["n_calls"] == len(agent) == 1
+        assert episode["total_tokens"] == sum(c["total_tokens"] for c in agent) == episode["act_tokens"]
+        assert episode["grade_tokens"] == sum(c["total_tokens"] for c in grading) > 0
+        assert episode["grade_cost_usd"] == sum(c["cost_usd"] for c in grading)
+    assert run.outcome.spent.total_tokens == sum(e["total_tokens"] for e in run.rows["episodes"])
+    assert run.outcome.graded.total_tokens == sum(e["grade_tokens"] for e in run.rows["episodes"])
+
+
+def test_grading_does_not_count_against_the_agents_budget(tmp_path):
+    # A cap the agent's own calls fit under, which its calls and the grading together pass after the
+    # first episode: grading is the benchmark's cost, so the agent does every task.
+    acting = judged_stream(tmp_path).outcome.spent.total_tokens
+    run = judged_stream(tmp_path, f"budget.max_tokens={acting + 1}")
+    episodes = run.rows["episodes"]
+    assert run.outcome.stopped_by is None and all(e["attempted"] and e["error"] is None for e in episodes)
+    assert run.outcome.graded.total_tokens > acting  # it would have stopped the agent, had it counted
+    calls = run.rows["llm_calls"]
+    assert [c["purpose"] for c in calls].count("grade") == 3 and all(c["error"] is None for c in calls)
 
 
 @pytest.mark.parametrize("said", [

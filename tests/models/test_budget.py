@@ -36,3 +36,19 @@ def test_overhead_counts_against_the_budget_too():
                              "budget.max_tokens=400")
     done = [sum(e["attempted"] for e in r.rows["episodes"]) for r in (plain, reflective)]
     assert done[1] < done[0]  # reflecting costs tasks at equal spend
+
+
+def test_an_agent_cannot_bill_its_calls_as_the_benchmarks_grading():
+    import asyncio
+
+    import pytest
+
+    from harness.agent_run.endpoint import BadRequest, check_purpose
+    from harness.models.model_client import AgentModelClient
+
+    llm = AgentModelClient(gateway=None, model="scripted/oracle", run_id="r")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="purpose 'grade' is the benchmark's"):
+        asyncio.run(llm.complete([{"role": "user", "content": "hi"}], purpose="grade"))
+    with pytest.raises(BadRequest, match="unknown purpose 'grade'"):  # nor an outside agent, by its URL
+        check_purpose("grade")
+    assert llm.take_records() == []

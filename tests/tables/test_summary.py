@@ -23,7 +23,8 @@ from harness.tables.writer import TableWriter
 from tests.conftest import run_variant, scripted_settings
 
 TODAY = ["variant", "seed", "model", "episodes", "probes", "not_attempted", "success_rate",
-         "total_tokens", "cost_usd", "train_tokens", "train_share", "llm_calls", "cached_share",
+         "total_tokens", "cost_usd", "train_tokens", "train_share", "grade_tokens", "grade_cost_usd",
+         "llm_calls", "cached_share",
          "cache_read_share", "reasoning_tokens", "p50_latency_s", "errors"]
 
 
@@ -111,6 +112,24 @@ def test_probes_are_counted_apart_and_the_counts_say_so(tmp_path):
     assert (summary["episodes"][0], summary["probes"][0]) == (10, 4)
     assert summary["total_tokens"][0] == episodes.filter(~pl.col("probe"))["total_tokens"].sum()
     assert episode_counts(episodes) == "10 episodes (+ 4 replay probes)"
+
+
+def test_grading_is_shown_apart_from_the_agents_spend(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"q{i}", "question": f"Capital of {c}?", "answer": a})
+                              for i, (c, a) in enumerate([("Peru", "Lima"), ("Chile", "Santiago")])) + "\n")
+    rows = write_job(tmp_path / "job", "env=jsonl", f"env.path={path}", "env.scorer=judge",
+                     "stream.num_tasks=2", "stream.tuning_size=0", cached=True)
+    calls = pl.DataFrame(rows["llm_calls"])
+    agent, grading = calls.filter(pl.col("purpose") != "grade"), calls.filter(pl.col("purpose") == "grade")
+    summary = summarize_dirs([tmp_path / "job"])
+    assert summary["llm_calls"][0] == agent.height == 2 and summary["cached_share"][0] == 1.0
+    assert summary["total_tokens"][0] == agent["total_tokens"].sum()
+    assert summary["grade_tokens"][0] == grading["total_tokens"].sum() > 0
+    assert summary["grade_cost_usd"][0] == grading["cost_usd"].sum()
+    assert "grade_tokens" in format_summary(summary)
+    write_job(tmp_path / "plain")  # a scorer that calls no model: no grading columns printed
+    assert "grade_tokens" not in format_summary(summarize_dirs([tmp_path / "plain"]))
 
 
 def test_summarize_on_episodes_alone_still_works(tmp_path):
