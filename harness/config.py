@@ -237,6 +237,9 @@ class EndpointSettings(_Strict):
     retry_backoff_s: float = Field(ge=0)
     timeout_s: float = Field(gt=0)
     price: Price | None
+    parameters: int | None = Field(default=None, gt=0)
+    """The model's parameter count, where known: a call's FLOPs (about 2 x parameters x tokens) are
+    counted with it (llm_calls.flops), and budget.max_flops needs the acting model's."""
 
     @field_validator("api_base")
     @classmethod
@@ -279,9 +282,6 @@ class ModelSettings(EndpointSettings):
     at `api_base` that speaks vLLM's runtime LoRA API (`vllm serve ... --enable-lora` with
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): their adapters are trained on these weights here and
     loaded there by path (docs/weights.md)."""
-    parameters: int | None = Field(default=None, gt=0)
-    """The model's parameter count, where known: a call's FLOPs (about 2 x parameters x tokens) are
-    counted with it (llm_calls.flops), and budget.max_flops needs it."""
 
     @property
     def is_scripted(self) -> bool:

@@ -22,7 +22,7 @@ Ray is used, progress bars, and the cache's location (answers are the same with 
 cache's billing policy is in, since it changes what a budget buys."""
 
 
-OUTPUT_ONLY = ("stream.snapshot_every", "stream.repeats", "model.parameters")
+OUTPUT_ONLY = ("stream.snapshot_every", "stream.repeats", "model.parameters", "embedder.parameters")
 """Settings of a behaviour group that only decide what is saved (the parameter count: the FLOPs
 columns), or how many times a run is made (each repeat has its own identity): not part of a run's
 identity."""
