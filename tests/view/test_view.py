@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.agent_run.plan import build_plan
-from harness.bench.viewer_speed import generate, measure
-from harness.report.build import main_table
+from harness.bench.synthetic_sweep import generate
+from harness.bench.viewer_speed import measure
+from harness.report.grouped import main_table
 from harness.tables.reading import read_tables
 from harness.tables.records import RunRow
 from harness.tables.summary import label_runs
