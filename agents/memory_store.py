@@ -333,6 +333,11 @@ class EpisodicMemory:
         self._event("evict", victim, None)
         return victim["memory_id"]
 
+    async def lance_table(self, dim: int) -> Any:
+        """The memory's LanceDB table, opened (empty, for `dim`-dim vectors) if it is not yet: for a
+        measurement of the table itself (its schema, a search on it, its versions), never to write to."""
+        return await self._open(dim)
+
     async def _open(self, dim: int) -> Any:
         if self._table is None:
             import lancedb

@@ -97,8 +97,9 @@ async def _grow(workdir: Path, lessons: int, dim: int, compact_every: int | None
         recorder.take()  # the harness takes an episode's rows after it
         if lessons - position <= max(memory.compact_every, lessons // 10):
             probe = probes[position % len(probes)].tolist()
+            table = await memory.lance_table(dim)
             started = time.perf_counter()
-            await memory._table.vector_search(probe).distance_type("cosine").limit(limit).to_list()
+            await table.vector_search(probe).distance_type("cosine").limit(limit).to_list()
             grown.searches.append(time.perf_counter() - started)
             grown.sizes.append(_bytes_on_disk(memory.directory))
     return grown
@@ -154,6 +155,7 @@ async def _measure(size: int, directory: Path, queries: int, uncompacted_up_to: 
     grown = await _grow(directory / "grown", size, dim, compact_every, probes, limit)
     grow_s = time.perf_counter() - started
     memory = grown.memory
+    table = await memory.lance_table(dim)
     items, _ = await memory.export()
     once = await _one_go(directory / "once", items)
     grown_ms = 1000 * statistics.median(grown.searches)
@@ -165,10 +167,10 @@ async def _measure(size: int, directory: Path, queries: int, uncompacted_up_to: 
         "grown bytes/lesson": _bytes_on_disk(memory.directory) / size,
         "grown peak bytes/lesson": max(grown.sizes) / size,
         "one go bytes/lesson": _bytes_on_disk(directory / "once") / size,
-        "versions kept": len(await memory._table.list_versions()), "grow s": grow_s}
+        "versions kept": len(await table.list_versions()), "grow s": grow_s}
     if size <= uncompacted_up_to:
         started = time.perf_counter()
-        today = await _grow_uncompacted(directory / "today", size, dim, await memory._table.schema())
+        today = await _grow_uncompacted(directory / "today", size, dim, await table.schema())
         row["before p50 ms"] = await _search_ms(today, probes, limit)
         row["before / one go"] = row["before p50 ms"] / once_ms
         row["before bytes/lesson"] = _bytes_on_disk(directory / "today") / size

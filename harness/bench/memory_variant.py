@@ -3,7 +3,7 @@ it: the config composed with `variant=memory` and the bench's `variant.memory` o
 (`build_plan`) and its agent built by its `_target_` (`build_agent`, as a worker builds it) around a
 model client of the bench's; the bench takes the agent's `memory`. The harness never imports agents/:
 what the bench needs of the memory's module it reads from the memory itself (its table's schema, its
-compaction cycle).
+compaction cycle), and its table through its one public door to it (`lance_table`).
 """
 
 from __future__ import annotations
@@ -35,5 +35,4 @@ def build_memory(model: ModelClient, recorder: Recorder, workdir: Path, **option
 async def table_schema(memory: Any, dim: int) -> pa.Schema:
     """The Arrow schema of the memory's table for `dim`-dim vectors (the table opened, empty, if it
     was not yet): what rows loaded into it must have."""
-    await memory._open(dim)
-    return await memory._table.schema()
+    return await (await memory.lance_table(dim)).schema()
