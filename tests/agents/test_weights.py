@@ -139,7 +139,7 @@ def test_a_resumed_learner_continues_from_the_same_adapter():
 def test_the_report_matches_spend_with_training_counted_and_shows_its_share():
     import polars as pl
 
-    from harness.report.build import matched_sections
+    from harness.report.comparison_sections import matched_sections
     from harness.tables.summary import summarize
 
     common = ["stream.num_tasks=9", "stream.feedback=answer", "model.parameters=1000000",
