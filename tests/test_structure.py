@@ -79,7 +79,8 @@ TABLE_READERS = ("read_parquet", "scan_parquet", "read_table", "ParquetFile", "d
 """Calls that read Parquet files: outside harness.tables, only through its `harness.tables.reading`."""
 READS_FILES_OF_ITS_OWN = {
     "harness.agent_run.snapshots": "a snapshot's memory file, not a table",
-    "harness.bench.synthetic_sweep": "splits a compacted table into parts to stage a running job for the viewer",
+    "harness.bench.synthetic_sweep": "splits a compacted table into parts to stage a running job for the "
+                                     "viewer",
     "envs.dataset_reading": "a user's dataset file (how many rows a parquet holds), not a table",
 }
 
