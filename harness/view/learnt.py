@@ -10,7 +10,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from harness.view.pages import episode_link, escape, link, page, table
+from harness.view.pages import episode_link, escape, link, page, pre, records_table, table
 
 DROPPED_EVENTS = ("evict", "evicted", "remove", "prune", "rejected")
 """Changes that take an item out of the learnt state: struck through on the timeline."""
@@ -33,20 +33,11 @@ def learnt_page(state: dict[str, Any], reports: Sequence[tuple[str, str]]) -> st
 def alive_html(state: dict[str, Any]) -> str:
     """The items alive after the task at the chosen position, under a form to choose another."""
     dir_key, run_id = state["dir"], state["run_id"]
-    alive = table(
-        ["kind", "item", "since", "text", "written by"],
-        [
-            [
-                escape(a["source"]),
-                f'<a href="#item-{html.escape(a["item_id"])}">{escape(a["item_id"])}</a>',
-                escape(a["since"]),
-                f"<pre>{escape(a['text'])}</pre>",
-                episode_link(dir_key, a["episode_id"]),
-            ]
-            for a in state["alive"]
-        ],
-        element_id="alive",
-    )
+    alive = records_table(
+        [("kind", "source"),
+         ("item", lambda a: f'<a href="#item-{html.escape(a["item_id"])}">{escape(a["item_id"])}</a>'),
+         "since", ("text", pre("text")), ("written by", lambda a: episode_link(dir_key, a["episode_id"]))],
+        state["alive"], element_id="alive")
     return (
         f"<h2>Learnt state at stream position {state['at']}</h2>"
         f'<form method="get" action="/learnt"><input type="hidden" name="dir" value="{html.escape(dir_key)}">'
@@ -135,39 +126,19 @@ def other_gate_html(state: dict[str, Any]) -> str:
     """The gate's decisions on edits that no change of the page names; nothing when there are none."""
     if not state["other_gate_events"]:
         return ""
-    return "<h2>Other gate decisions</h2>" + table(
-        ["position", "kind", "edit", "accepted", "candidate / incumbent correct", "episode"],
-        [
-            [
-                escape(g["stream_position"]),
-                escape(g["kind"]),
-                escape(g["edit_id"]),
-                escape(g["accepted"]),
-                f"{g['candidate_correct']} / {g['incumbent_correct']} of {g['probe_tasks']}",
-                episode_link(state["dir"], g["episode_id"]),
-            ]
-            for g in state["other_gate_events"]
-        ],
-    )
+    return "<h2>Other gate decisions</h2>" + records_table(
+        [("position", "stream_position"), "kind", ("edit", "edit_id"), "accepted",
+         ("candidate / incumbent correct",
+          lambda g: f"{g['candidate_correct']} / {g['incumbent_correct']} of {g['probe_tasks']}"),
+         ("episode", lambda g: episode_link(state["dir"], g["episode_id"]))], state["other_gate_events"])
 
 
 def snapshots_html(state: dict[str, Any]) -> str:
-    return table(
-        ["position", "final", "memory items", "tools", "path", "system prompt", "after episode"],
-        [
-            [
-                escape(s["position"]),
-                escape(s["final"]),
-                escape(s["memory_items"]),
-                escape(s["tools"]),
-                escape(s["path"]),
-                f"<pre>{escape(s['system_prompt'])}</pre>",
-                episode_link(state["dir"], s["episode_id"]),
-            ]
-            for s in state["snapshots"]
-        ],
-        element_id="snapshots",
-    )
+    return records_table(
+        ["position", "final", ("memory items", "memory_items"), "tools", "path",
+         ("system prompt", pre("system_prompt")),
+         ("after episode", lambda s: episode_link(state["dir"], s["episode_id"]))],
+        state["snapshots"], element_id="snapshots")
 
 
 def curve_svg(curve: list[dict[str, Any]], width: int = 900, height: int = 140) -> str:

@@ -91,6 +91,23 @@ def table(
     return f"<table{f' id={element_id!r}' if element_id else ''}><tr>{head}</tr>{body}</table>"
 
 
+Column = str | tuple[str, str | Callable[[dict[str, Any]], str]]
+"""A column of `records_table`: a field shown escaped under its own name, or its header with the
+field to show escaped or a function that makes the cell's HTML from the row."""
+
+
+def records_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], element_id: str = "") -> str:
+    """A table of rows (dicts), one cell a column as `columns` says."""
+    specs = [(column, column) if isinstance(column, str) else column for column in columns]
+    cells = [[escape(row[made]) if isinstance(made, str) else made(row) for _, made in specs] for row in rows]
+    return table([header for header, _ in specs], cells, element_id=element_id)
+
+
+def pre(name: str) -> Callable[[dict[str, Any]], str]:
+    """A `records_table` cell that keeps the field's lines."""
+    return lambda row: f"<pre>{escape(row[name])}</pre>"
+
+
 def success_mark(value: bool | None) -> str:
     if value is None:
         return ""
@@ -403,48 +420,20 @@ def attempts_html(attempts: list[dict[str, Any]]) -> str:
     """The episode's attempts (several for a variant that retries or reflects); nothing when none."""
     if not attempts:
         return ""
-    return "<h2>Attempts</h2>" + table(
-        ["attempt", "response", "raw response", "success", "score", "why", "judge", "steps", "reflection"],
-        [
-            [
-                escape(a["attempt"]),
-                escape(a["response"]),
-                f"<pre>{escape(a['raw_response'])}</pre>",
-                success_mark(a["success"]),
-                escape(a["score"]),
-                escape(a.get("score_reason")),  # null in tables written before the column
-                escape(a["judge_score"]),
-                escape(a["steps"]),
-                escape(a["reflection"]),
-            ]
-            for a in attempts
-        ],
-        element_id="attempts",
-    )
+    return "<h2>Attempts</h2>" + records_table(
+        ["attempt", "response", ("raw response", pre("raw_response")),
+         ("success", lambda a: success_mark(a["success"])), "score",
+         ("why", lambda a: escape(a.get("score_reason"))),  # null in tables written before the column
+         ("judge", "judge_score"), "steps", "reflection"], attempts, element_id="attempts")
 
 
 def steps_html(steps: list[dict[str, Any]]) -> str:
     """The actions of a multi-step environment and what each returned; nothing for a one-step task."""
     if not steps:
         return ""
-    return "<h2>Steps</h2>" + table(
-        ["attempt", "step", "action", "tool", "arguments", "tool error", "observation", "reward", "done"],
-        [
-            [
-                escape(s["attempt"]),
-                escape(s["step"]),
-                f"<pre>{escape(s['action'])}</pre>",
-                escape(s["tool"]),
-                escape(s["arguments"]),
-                escape(s["tool_error"]),
-                f"<pre>{escape(s['observation'])}</pre>",
-                escape(s["reward"]),
-                escape(s["done"]),
-            ]
-            for s in steps
-        ],
-        element_id="steps",
-    )
+    return "<h2>Steps</h2>" + records_table(
+        ["attempt", "step", ("action", pre("action")), "tool", "arguments", ("tool error", "tool_error"),
+         ("observation", pre("observation")), "reward", "done"], steps, element_id="steps")
 
 
 def episode_facts(episode: dict[str, Any]) -> str:
