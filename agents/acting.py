@@ -3,7 +3,7 @@
 In multi-step environments the prompt keeps the opening messages and the last `history_window`
 turns, and every action is a row of the steps table. Where the episode offers tools they go to the
 model natively (`tools`) when it has function calling, else described in the system prompt with the
-JSON-in-text protocol (envs/tool_calls.py); each call is an action, and the first plain-text reply
+JSON-in-text protocol (harness/models/chat.py); each call is an action, and the first plain-text reply
 ends the episode.
 """
 
@@ -14,8 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.base import EnvEpisode
-from envs.tool_calls import ToolCall, ToolResult, describe_tools, parse_text_call
-from harness.agent_api import Attempt, Completion, Message, ModelClient, Purpose, Recorder, StepRow
+from envs.tool_calls import ToolResult
+from harness.agent_api import (
+    Attempt,
+    Completion,
+    Message,
+    ModelClient,
+    Purpose,
+    Recorder,
+    StepRow,
+    ToolCall,
+    describe_tools,
+    parse_text_call,
+)
 
 OwnTool = tuple[dict[str, Any], Callable[[ToolCall], Awaitable[ToolResult]]]
 """A tool an agent offers itself: its function spec and the coroutine that answers a call."""
@@ -78,7 +89,7 @@ class ActingLoop:
 def _tool_turn(output: str, calls: list[ToolCall], results: list[ToolResult], native: bool) -> list[Message]:
     if native:
         return [{"role": "assistant", "content": output or None,
-                 "tool_calls": [r.call.message() for r in results]},
+                 "tool_calls": [call.message() for call in calls[:len(results)]]},
                 *({"role": "tool", "tool_call_id": r.call.id, "content": r.content} for r in results)]
     return [{"role": "assistant", "content": output},
             {"role": "user", "content": f"Result of {calls[0].name}: {results[0].content}"}]

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envs.base import EnvEpisode
-from envs.tool_calls import parse_text_call
-from harness.agent_api import ModelEndpoint
+from harness.agent_api import ModelEndpoint, parse_text_call
 
 
 class OutsideModel:

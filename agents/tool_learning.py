@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from agents.acting import OwnTool
 from agents.baseline import BaselineAgent
 from envs.base import EnvEpisode, TaskView
-from envs.tool_calls import ToolCall, ToolResult
+from envs.tool_calls import ToolResult
 from harness.agent_api import (
     AgentContext,
     Attempt,
@@ -37,6 +37,7 @@ from harness.agent_api import (
     Opening,
     Render,
     Sandbox,
+    ToolCall,
     ToolEventRow,
     Trial,
 )

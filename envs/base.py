@@ -20,7 +20,7 @@ import regex
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from envs.tool_calls import ToolCall, ToolResult
+    from envs.tool_calls import Call, ToolResult
 
 
 class Task(BaseModel):
@@ -141,7 +141,7 @@ class EnvEpisode(abc.ABC):
         """Function specs (OpenAI format) of the tools this episode offers; None: no tools."""
         return None
 
-    def call_tool(self, call: ToolCall) -> ToolResult:
+    def call_tool(self, call: Call) -> ToolResult:
         """Run one tool call; a malformed one comes back as a result with its error kind."""
         raise NotImplementedError(f"episode of task {self._task.task_id} offers no tools")
 

@@ -2,23 +2,19 @@
 
 An environment offers tools as OpenAI-style function specs derived from a Python class: each public
 method is a tool, its type hints (through pydantic) the JSON schema of its arguments, its docstring
-the description (`ToolBox`). The agent sends calls natively (litellm's `tools` / `tool_calls`)
-when its model has function calling, and otherwise through a JSON-in-text protocol: the tools are
-described in the prompt (`describe_tools`) and a reply holding `{"tool": ..., "arguments": ...}`
-is a call (`parse_text_call`). Both arrive at the environment as the same `ToolCall`, so a
-malformed call (unknown tool, invalid JSON, bad arguments) is classified in one place, `ToolBox.call`,
-and comes back to the agent as an observation with its error kind, never as an exception.
+the description (`ToolBox`). How the agent's model makes a call (natively, or in a JSON-in-text
+protocol for a model without function calling) is the model side's business: a call arrives here as
+any object with an id, a name and its raw JSON arguments (`Call`), so a malformed call (unknown tool,
+invalid JSON, bad arguments) is classified in one place, `ToolBox.call`, and comes back to the agent
+as an observation with its error kind, never as an exception.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
-import re
-import uuid
 from collections.abc import Callable
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, Protocol, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -27,40 +23,25 @@ ToolErrorKind = Literal["unknown_tool", "invalid_json", "bad_arguments", "tool_e
 missing, extra or mistyped arguments; tool_error: the tool refused (no such account, bad date)."""
 
 
-class ToolCall(BaseModel):
+@runtime_checkable
+class Call(Protocol):
     """One call as the model made it: the arguments are its raw JSON text, unparsed."""
 
-    model_config = ConfigDict(frozen=True)
+    @property
+    def id(self) -> str: ...
 
-    id: str
-    name: str
-    arguments: str
+    @property
+    def name(self) -> str: ...
 
-    @classmethod
-    def new(cls, name: str, arguments: str, key: str | None = None) -> ToolCall:
-        """A call with a fresh id, or one derived from `key` (the same key, the same id: replays match)."""
-        suffix = hashlib.sha256(key.encode()).hexdigest()[:12] if key is not None else uuid.uuid4().hex[:12]
-        return cls(id=f"call_{suffix}", name=name, arguments=arguments)
-
-    def render(self) -> str:
-        return f"{self.name}({self.arguments})"
-
-    def message(self) -> dict[str, Any]:
-        """The call as an assistant message's `tool_calls` item (OpenAI format). Arguments that are
-        not a JSON object are echoed as `{}`: providers (Anthropic, Gemini through litellm) refuse a
-        conversation that holds them, and the call's result already says what was wrong."""
-        try:
-            well_formed = isinstance(json.loads(self.arguments or "{}"), dict)
-        except json.JSONDecodeError:
-            well_formed = False
-        arguments = self.arguments if well_formed else "{}"
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": arguments}}
+    @property
+    def arguments(self) -> str: ...
 
 
 class ToolResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
-    call: ToolCall
+    call: Call
+    """The call as it came, the very object (the agent answers it by its id)."""
     content: str
     """What the agent is shown: the tool's return value as JSON, or the error."""
     error: ToolErrorKind | None = None
@@ -108,7 +89,7 @@ class ToolBox:
         self._models = {name: arguments_model(m) for name, m in self.methods.items()}
         self.specs = [function_spec(m) for m in self.methods.values()]
 
-    def call(self, call: ToolCall) -> ToolResult:
+    def call(self, call: Call) -> ToolResult:
         method = self.methods.get(call.name)
         if method is None:
             return ToolResult(call=call, error="unknown_tool", content=(
@@ -132,42 +113,3 @@ class ToolBox:
         except ToolError as error:
             return ToolResult(call=call, error="tool_error", content=f"error: {error}")
         return ToolResult(call=call, content=json.dumps(value, ensure_ascii=False))
-
-
-def describe_tools(specs: list[dict[str, Any]]) -> str:
-    """The tools and the JSON-in-text protocol, for a model without native function calling."""
-    lines = []
-    for spec in specs:
-        function = spec["function"]
-        properties = function["parameters"].get("properties", {})
-        arguments = ", ".join(f"{name}: {prop.get('type', 'any')}" for name, prop in properties.items())
-        lines.append(f"- {function['name']}({arguments}): {function['description']}")
-    return ("You can use these tools:\n" + "\n".join(lines) + "\n"
-            'To call a tool, reply with only a JSON object: {"tool": "<name>", "arguments": {...}}. '
-            "One call per reply; its result comes back in the next message. When the task is done, "
-            "or you need to ask the user something, reply in plain text with no JSON.")
-
-
-_CALL_START = re.compile(r'\{\s*"tool"\s*:')
-
-
-def parse_text_call(reply: str) -> ToolCall | None:
-    """The call a text-protocol reply makes, or None when it is a plain-text final reply. A reply
-    that starts a call but is not a well-formed one is returned as a call the ToolBox rejects."""
-    match = _CALL_START.search(reply)
-    if match is None:
-        return None
-    start = match.start()
-    try:
-        value, _ = json.JSONDecoder().raw_decode(reply[start:])
-    except json.JSONDecodeError:
-        name = re.match(r'\{\s*"tool"\s*:\s*"([^"]*)"', reply[start:])
-        return ToolCall.new(name.group(1) if name else "", reply[start:].strip())
-    name = value.get("tool")
-    arguments = value.get("arguments", {})
-    return ToolCall.new(name if isinstance(name, str) else "", json.dumps(arguments))
-
-
-def text_call(call: ToolCall) -> str:
-    """A call written in the text protocol (what a text-protocol model replies)."""
-    return json.dumps({"tool": call.name, "arguments": json.loads(call.arguments or "{}")})

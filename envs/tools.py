@@ -29,10 +29,10 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from envs.base import EnvEpisode, Environment, Score, StepResult, Task, normalize
-from envs.tool_calls import ToolBox, ToolCall, ToolError, ToolResult
+from envs.tool_calls import Call, ToolBox, ToolError, ToolResult
 
 # --- backends: every public method is a tool -------------------------------------------------
 
@@ -383,11 +383,19 @@ def make_backend(name: str, state: dict[str, Any]) -> Any:
     return BACKENDS[name](**copy.deepcopy(state))
 
 
+class _SolutionCall(NamedTuple):
+    """A call of the reference solution, replayed here (no model made it: it has no id)."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+
 def final_state(solution: Solution) -> dict[str, Any]:
     """The state the reference solution leaves: its calls replayed on a copy of the initial state."""
     box = ToolBox(make_backend(solution.backend, solution.initial))
     for name, arguments in solution.calls:
-        result = box.call(ToolCall.new(name, json.dumps(arguments)))
+        result = box.call(_SolutionCall(name, json.dumps(arguments)))
         if result.error is not None:
             raise AssertionError(f"reference solution fails: {result.content}")
     return box.backend.state()
@@ -414,7 +422,7 @@ class ToolEpisode(EnvEpisode):
     def observation(self) -> str:
         return f"{INSTRUCTIONS}\n\nUser: {self._task.question}"
 
-    def call_tool(self, call: ToolCall) -> ToolResult:
+    def call_tool(self, call: Call) -> ToolResult:
         if self.done:
             raise RuntimeError(f"episode of task {self._task.task_id} is already done")
         result = self.box.call(call)

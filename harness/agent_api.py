@@ -1,7 +1,8 @@
 """What agents and the harness share: the one module of the harness that agents import.
 
-It imports no agent, and of the harness only what it hands on to agents: the sandbox they run
-model-written code in, the table records their rows are, one-line errors and safe text.
+It imports no agent, and of the harness only what it hands on to agents: what a model call carries
+(the reply, its function calls, the JSON-in-text protocol: harness/models/chat.py), the sandbox they
+run model-written code in, the table records their rows are, one-line errors and safe text.
 
 Agents (`agents/`) see the harness only through this: the model client they call, the trial of a
 task, what an attempt and its verdicts are, the guard their self-edits pass, and the recorder
@@ -21,12 +22,18 @@ from typing import Any, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.base import EnvEpisode, TaskView
-from envs.tool_calls import ToolCall
 from harness.errors import one_line as one_line  # re-exported: agents' one-line errors
+
+# What a model call carries, re-exported: the reply, its function calls and the JSON-in-text protocol.
+from harness.models.chat import Completion as Completion
+from harness.models.chat import Message as Message
+from harness.models.chat import ToolCall as ToolCall
+from harness.models.chat import describe_tools as describe_tools
+from harness.models.chat import parse_text_call as parse_text_call
 from harness.sandbox import Sandbox as Sandbox  # re-exported: where agents run code the model wrote
 from harness.sandbox import SandboxResult as SandboxResult
 from harness.sandbox import kernel_isolation_problem as kernel_isolation_problem
-from harness.tables.records import EditKind, GateKind, Purpose, Record, Usage
+from harness.tables.records import EditKind, GateKind, Purpose, Record
 
 # The rows agents write, re-exported: agents import this module and no other of the harness.
 from harness.tables.records import MemoryEventRow as MemoryEventRow
@@ -36,18 +43,6 @@ from harness.tables.records import SkillEventRow as SkillEventRow
 from harness.tables.records import StepRow as StepRow
 from harness.tables.records import ToolEventRow as ToolEventRow
 from harness.text import safe_text as safe_text  # re-exported: text from a tool, made safe
-
-Message = dict[str, Any]
-"""A chat message: role and content, and for function calling `tool_calls` / `tool_call_id`."""
-
-
-class Completion(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    text: str
-    usage: Usage
-    call_id: str
-    tool_calls: list[ToolCall] = []
 
 
 class ModelClient(Protocol):

@@ -2,7 +2,8 @@
 
 `gateway` sends every call through litellm with retries and accounts it in one row (`direct` is its
 lean path to an OpenAI-compatible server, sending parameters as `param_map` says litellm would);
-`model_client` is what agents hold (`await llm.complete(...)`); `limits` (shared concurrency, pacing,
+`model_client` is what agents hold (`await llm.complete(...)`), `chat` what a call carries across (the
+reply, its function calls, the JSON-in-text protocol); `limits` (shared concurrency, pacing,
 429 back-off), `budget` (the run's ledger), `cache` (the response cache) and `loop_clock` (which
 seconds of a call were the harness's) sit on the way; `providers`, `scripted`, `embeddings` and
 `minilm` answer inside the process; `model_server` starts the local llama.cpp server
@@ -11,5 +12,5 @@ seconds of a call were the harness's) sit on the way; `providers`, `scripted`, `
 litellm on import of the package; its face (`__all__`) is the modules the other rooms use.
 """
 
-__all__ = ["adapter_server", "gateway", "limits", "local_http", "minilm", "model_client", "model_server",
-           "param_map", "scripted"]
+__all__ = ["adapter_server", "chat", "gateway", "limits", "local_http", "minilm", "model_client",
+           "model_server", "param_map", "scripted"]

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from envs.tool_calls import ToolCall
 from harness.config import EndpointSettings, ModelSettings
 from harness.files import write_text_atomically
+from harness.models.chat import ToolCall
 from harness.models.model_client import CallRequest
 
 

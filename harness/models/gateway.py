@@ -27,7 +27,6 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from envs.tool_calls import ToolCall
 from harness.clock import utc_now
 from harness.config import (
     CacheSettings,
@@ -40,6 +39,7 @@ from harness.config import (
 from harness.errors import one_line
 from harness.models.adapters import AdapterLoads
 from harness.models.cache import CachedAnswer, ResponseCache, cacheable, request_key
+from harness.models.chat import ToolCall
 from harness.models.direct import PROVIDER as DIRECT_PROVIDER
 from harness.models.direct import DirectChat, ParamMap, may_have_a_price
 from harness.models.direct import as_json as _as_json

@@ -11,7 +11,7 @@ name marks every row as scripted. Its policy:
 - a tool-use task (its reference answer is a solution of calls, as env=tools writes it) is solved
   by replaying the calls one per reply, then the reply, when the verdict is right (it answers
   WRONG_ANSWER at once otherwise); the calls are native `tool_calls` when the request offers
-  `tools`, else JSON in the text (envs/tool_calls.py), so both protocols are testable offline;
+  `tools`, else JSON in the text (harness/models/chat.py), so both protocols are testable offline;
 - a call that matches one of its `rules` (by purpose, which the gateway passes to in-process
   providers, and by a text the prompt contains) gets that rule's fixed reply, before anything else;
 - a call served with a scripted LoRA adapter (a learner's: harness/training/run_trainer.py) whose
@@ -30,6 +30,8 @@ import asyncio
 import functools
 import hashlib
 import json
+import string
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,7 @@ import litellm
 from litellm import CustomLLM
 from litellm.types.utils import ChatCompletionMessageToolCall, Function, ModelResponse
 
-from envs.base import normalize
-from envs.tool_calls import ToolCall, text_call
+from harness.models.chat import ToolCall, text_call
 from harness.models.providers import InProcessProvider
 
 WRONG_ANSWER = "I am not sure."
@@ -63,6 +64,19 @@ def adapter_replies(directory: str) -> dict[str, str]:
     """The replies a scripted adapter was trained on (an adapter's directory never changes: its name
     is the hash of what made it)."""
     return dict(json.loads((Path(directory) / SCRIPTED_ADAPTER).read_text())["replies"])
+
+
+_PUNCTUATION = str.maketrans(dict.fromkeys(string.punctuation + "\u2019\u2018\u201c\u201d", " "))
+
+
+def fold(text: str) -> str:
+    """Case, accents, punctuation and spacing folded, as the environments fold a reply and its
+    reference (envs/base.py's `normalize`, which tests/models/test_scripted.py holds it to): the
+    model sees an answer in its prompt as the scorer would. Its own, since the models import no
+    environment."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    without_accents = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return " ".join(without_accents.casefold().translate(_PUNCTUATION).split())
 
 
 def _unit_hash(*parts: str) -> float:
@@ -113,8 +127,8 @@ class ScriptedLLM(CustomLLM):
         answer = self.answer_key[question]
         # Everything in the prompt but the question itself (which may name the answer, as
         # "Djibouti" does for its capital) counts as an example the model can learn from.
-        context = normalize(" ".join(str(m.get("content") or "") for m in messages).replace(question, " "))
-        seen_in_prompt = f" {normalize(answer)} " in f" {context} "
+        context = fold(" ".join(str(m.get("content") or "") for m in messages).replace(question, " "))
+        seen_in_prompt = f" {fold(answer)} " in f" {context} "
         # Greedy calls always get the same verdict; sampled calls (temperature > 0) draw a fresh one
         # per provider `seed`, so resampling can change the answer, reproducibly.
         draw = str(params.get("seed")) if float(params.get("temperature") or 0) > 0 else ""

@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from envs.tool_calls import ToolCall
 from harness.agent_run.endpoint import HttpEndpoint
 from harness.config import BudgetSettings
+from harness.models.chat import ToolCall
 from harness.models.gateway import Gateway
 from harness.models.model_client import BUDGET_EXHAUSTED, AgentModelClient, CallRequest, CallResult
 from tests.conftest import scripted_settings

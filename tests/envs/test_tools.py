@@ -8,9 +8,10 @@ import pytest
 
 from agents.baseline import BaselineAgent
 from agents.tool_learning import LEARNT_TOOL, Tool, ToolLearningAgent
-from envs.tool_calls import ToolBox, ToolCall, describe_tools, parse_text_call, text_call
+from envs.tool_calls import ToolBox
 from envs.tools import FAMILIES, Bank, Calendar, ToolTasks
 from harness.agent_api import AgentContext, Completion
+from harness.models.chat import ToolCall, describe_tools, parse_text_call, text_call
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest
 from harness.tables.records import StepRow, TranscriptRow, Usage
