@@ -16,6 +16,7 @@ import functools
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -91,28 +92,26 @@ class RunOutcome(BaseModel):
 
 
 class EnvTrial(Trial):
-    """A task in an environment; each attempt is a fresh episode and relabels the model calls. An
-    attempt is assessed by the environment's checker and, where configured, the judge (which never
-    sees the reference); the agent is told the reward `reward_source` names."""
+    """A task in an environment, run by its episode runner (its env, model client and judge); each
+    attempt is a fresh episode and relabels the model calls. An attempt is assessed by the
+    environment's checker and, where configured, the judge (which never sees the reference); the agent
+    is told the reward the runner's `reward_source` names."""
 
-    def __init__(self, task: Task, env: Environment, llm: AgentModelClient, judge: Judge | None = None,
-                 reward_source: str = "truth") -> None:
+    def __init__(self, task: Task, runner: EpisodeRunner) -> None:
         self.task = TaskView.of(task)
         self._task = task
-        self.env = env
-        self.llm = llm
-        self.judge = judge
-        self.reward_source = reward_source
+        self.runner = runner
         self.attempts_started = 0
         self._episodes: list[EnvEpisode] = []
 
     async def assess(self, episode: EnvEpisode, attempt: Attempt, reflection: str | None) -> AttemptResult:
-        await episode.settle(EpisodeChecks(self.llm))
+        await episode.settle(EpisodeChecks(self.runner.llm))
         truth = episode.score()
-        judge_score = None
-        if self.judge is not None:
-            judge_score = await self.judge.score(self.task.question, attempt.final_output or "")
-        reward = judge_score if self.reward_source == "judge" and judge_score is not None else truth.score
+        judge, judge_score = self.runner.judge, None
+        if judge is not None:
+            judge_score = await judge.score(self.task.question, attempt.final_output or "")
+        judged = self.runner.reward_source == "judge" and judge_score is not None
+        reward = judge_score if judged else truth.score
         return AttemptResult(number=self.attempts_started, response=truth.response,
                              raw_response=attempt.final_output, steps=attempt.steps, success=truth.success,
                              score=truth.score, judge_score=judge_score, reward=reward, reflection=reflection,
@@ -120,8 +119,8 @@ class EnvTrial(Trial):
 
     def start_attempt(self) -> EnvEpisode:
         self.attempts_started += 1
-        self.llm.attempt = self.attempts_started
-        episode = self.env.reset(self._task)
+        self.runner.llm.attempt = self.attempts_started
+        episode = self.runner.env.reset(self._task)
         self._episodes.append(episode)
         return episode
 
@@ -184,7 +183,7 @@ async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
     function_calling = spec.function_calling
     if function_calling is None:
-        from harness.models.gateway import supports_function_calling  # loaded already where runs run
+        from harness.models.capabilities import supports_function_calling  # loaded already where runs run
 
         function_calling = supports_function_calling(spec.model)
     llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
@@ -243,21 +242,24 @@ async def _run_stream(spec: AgentRunSpec, llm: AgentModelClient, env: Environmen
                       graded=llm.grading.spent)
 
 
+@dataclass(eq=False)
 class EpisodeRunner:
     """Runs one episode of an agent run and writes everything it produced."""
 
-    def __init__(self, spec: AgentRunSpec, env: Environment, llm: AgentModelClient, sink: RecordSink,
-                 recorder: Recorder, judge: Judge | None = None, reward_source: str = "truth") -> None:
-        self.spec = spec
-        self.env = env
-        self.llm = llm
-        self.sink = sink
-        self.recorder = recorder
-        self.judge = judge
-        self.reward_source = reward_source
-        self.finished = set(spec.finished)
-        self.stopped_by: str | None = None
-        """Set when the gateway refused a call because the run's budget was spent."""
+    spec: AgentRunSpec
+    env: Environment
+    llm: AgentModelClient
+    sink: RecordSink
+    recorder: Recorder
+    judge: Judge | None = None
+    reward_source: str = "truth"
+    finished: set[str] = field(init=False)
+    """Episodes a resumed run finished before: replayed, not written again."""
+    stopped_by: str | None = field(default=None, init=False)
+    """Set when the gateway refused a call because the run's budget was spent."""
+
+    def __post_init__(self) -> None:
+        self.finished = set(self.spec.finished)
 
     def not_attempted(self, agent: Agent, tasks: list[Task], first_position: int, reason: str) -> None:
         """Rows for the tasks the run will not start, so the table says which and why."""
@@ -293,7 +295,7 @@ class EpisodeRunner:
         llm.start_episode(this_episode, task.task_id)
         self.recorder.start_episode(spec.run_id, this_episode, task.task_id, position)
         started_at, clock = utc_now(), time.perf_counter()
-        trial = EnvTrial(task, self.env, llm, self.judge, self.reward_source)
+        trial = EnvTrial(task, self)
         results: list[AttemptResult] = []
         error: str | None = None
         try:

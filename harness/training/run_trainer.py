@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -58,24 +59,24 @@ def update_key(base: str, previous: str | None, kind: str, examples: list[Learni
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
+@dataclass(eq=False)
 class RunTrainer:
     """One learner run's adapter: trains it (through its backend), serves it, prices and records it."""
 
-    def __init__(self, backend: Backend, llm: AgentModelClient, recorder: Recorder, run_id: str,
-                 run_dir: Path, base: str, seed: int, train_price: float,
-                 served_name: Callable[[str], str]) -> None:
-        self.backend = backend
-        self.llm = llm
-        self.recorder = recorder
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.base = base
-        self.seed = seed
-        self.train_price = train_price
-        self.served_name = served_name
-        self.adapter: str | None = None
-        self.directory: Path | None = None
-        self.updates = 0
+    backend: Backend
+    llm: AgentModelClient
+    recorder: Recorder
+    run_id: str
+    run_dir: Path
+    base: str
+    seed: int
+    train_price: float
+    served_name: Callable[[str], str]
+    adapter: str | None = field(default=None, init=False)
+    """The hash of the adapter the run is served with now; None: the base model."""
+    directory: Path | None = field(default=None, init=False)
+    """Where that adapter is saved."""
+    updates: int = field(default=0, init=False)
 
     async def update(self, kind: Literal["sft", "dpo"], examples: list[LearningExample],
                      options: TrainOptions) -> WeightUpdate:
