@@ -115,24 +115,14 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     """
     if episodes.is_empty():
         return pl.DataFrame()
-    for column, value, dtype in (("cache_read_tokens", None, pl.Int64), ("reasoning_tokens", None, pl.Int64),
-                                 ("train_tokens", 0, pl.Int64), ("grade_tokens", 0, pl.Int64),
-                                 ("grade_cost_usd", 0.0, pl.Float64)):
-        if column not in episodes.columns:  # tables written before schema 5 (9: nothing trained; 10: graded)
+    for column, (value, dtype) in LATER_COLUMNS.items():
+        if column not in episodes.columns:
             episodes = episodes.with_columns(pl.lit(value, dtype=dtype).alias(column))
     if runs is not None:
         episodes = label_runs(episodes, runs)
     stream = ~pl.col("probe")
     counted = stream & pl.col("attempted")
-    if calls is not None and not calls.is_empty():
-        agents = calls.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES))  # n_calls counts these
-        per_episode = agents.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
-        episodes = episodes.join(per_episode, on="episode_id", how="left")
-        n_calls = pl.col("n_calls").filter(stream).sum()
-        cached = (pl.when(n_calls > 0)
-                  .then(pl.col("cached_calls").fill_null(0).filter(stream).sum() / n_calls))
-    else:
-        cached = pl.lit(None, dtype=pl.Float64)
+    episodes, cached = _cached_share(episodes, calls, stream)
     keys = group_keys(episodes)
     return (
         episodes.group_by(*keys, "seed", "model")
@@ -158,6 +148,26 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
         )
         .sort(*keys, "seed")
     )
+
+
+LATER_COLUMNS: dict[str, tuple[Any, Any]] = {
+    "cache_read_tokens": (None, pl.Int64), "reasoning_tokens": (None, pl.Int64),  # schema 5
+    "train_tokens": (0, pl.Int64),  # 9: nothing trained
+    "grade_tokens": (0, pl.Int64), "grade_cost_usd": (0.0, pl.Float64)}  # 10: nothing graded
+"""Episode columns that tables written before them lack, each with the value it stands for there."""
+
+
+def _cached_share(episodes: pl.DataFrame, calls: pl.DataFrame | None,
+                  stream: pl.Expr) -> tuple[pl.DataFrame, pl.Expr]:
+    """The episodes with their count of cached calls (the agent's, as n_calls counts them), and the
+    aggregation of the share of the stream's calls that were cached; null without calls."""
+    if calls is None or calls.is_empty():
+        return episodes, pl.lit(None, dtype=pl.Float64)
+    agents = calls.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES))
+    per_episode = agents.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
+    n_calls = pl.col("n_calls").filter(stream).sum()
+    cached = pl.when(n_calls > 0).then(pl.col("cached_calls").fill_null(0).filter(stream).sum() / n_calls)
+    return episodes.join(per_episode, on="episode_id", how="left"), cached
 
 
 def summarize_dirs(run_dirs: Iterable[Path]) -> pl.DataFrame:
