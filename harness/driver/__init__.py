@@ -13,4 +13,5 @@ a command (`signals`) and its start-up times (`startup`). What happens inside on
 `harness.agent_run`'s. Its face (`__all__`) is what the commands, Hydra and the bench use.
 """
 
-__all__ = ["callbacks", "hydra_insides", "job", "multirun", "run", "session", "signals", "startup", "warm_pool"]
+__all__ = ["callbacks", "hydra_insides", "job", "multirun", "run", "session", "signals", "startup",
+           "warm_pool"]

@@ -155,7 +155,7 @@ def test_the_local_model_server_never_outlives_its_run_and_its_death_stops_the_r
     process = start_cli(*args)
     try:
         wait_for(lambda: finished_so_far(run_dir) >= 2, 180, "some episodes")
-        kill_9(session_processes(process.pid, "llama_cpp.server"))
+        kill_9(session_processes(process.pid, "harness.models.adapter_server"))
         output, _ = process.communicate(timeout=120)
     finally:
         stop_session(process)
@@ -166,8 +166,9 @@ def test_the_local_model_server_never_outlives_its_run_and_its_death_stops_the_r
     again = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
     try:
-        wait_for(lambda: session_processes(again.pid, "llama_cpp.server"), 240, "the resumed run's server")
-        server = session_processes(again.pid, "llama_cpp.server")[0]
+        wait_for(lambda: session_processes(again.pid, "harness.models.adapter_server"), 240,
+                 "the resumed run's server")
+        server = session_processes(again.pid, "harness.models.adapter_server")[0]
         again.send_signal(signal.SIGKILL)
         again.wait()
         wait_for(lambda: gone(server.pid), 15, "the model server to die with its parent")
