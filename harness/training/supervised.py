@@ -15,32 +15,22 @@ from typing import Any
 from harness.training.accounting import UpdateResult, path_parameters, spent, torch_threads, training_flops
 from harness.training.chat_data import ChatExample, Encoded, batch, encode_example
 from harness.training.lora import adapter_hash, trainable_parameters
-from harness.training.needs import require
+from harness.training.options import UpdateOptions, trained_on
 
 
 @dataclass(frozen=True)
-class SftOptions:
-    steps: int = 10
+class SftOptions(UpdateOptions):
     learning_rate: float = 1e-3
     """AdamW's, constant over the steps (LoRA on a few examples learns at 1e-4 to 2e-3)."""
-    max_examples: int = 32
-    """The most recent examples trained on; older ones are left out."""
     max_tokens: int = 512
     """An example longer than this is cut, its prompt from the left."""
-    seed: int = 0
-    threads: int | None = 1
-    """torch's threads during the update (None: torch's default); why 1: `accounting.torch_threads`."""
 
 
-def sft_update(model: Any, tokenizer: Any, examples: list[ChatExample], options: SftOptions = SftOptions(),
-               ) -> UpdateResult:
+def sft_update(model: Any, tokenizer: Any, examples: list[ChatExample], options: SftOptions) -> UpdateResult:
     """Train `model`'s adapter (a peft model from `lora.attach`) on `examples` for `options.steps` steps."""
-    require("an SFT update")
+    chosen = trained_on(examples, options, "an SFT update", "example")
     import torch
 
-    if not examples:
-        raise ValueError("an SFT update needs at least one example")
-    chosen = examples[-options.max_examples:]
     encoded = [encode_example(tokenizer, e.messages, e.reply, options.max_tokens) for e in chosen]
     inputs = batch(encoded, pad_id=tokenizer.pad_token_id)
     tokens = sum(len(e.input_ids) for e in encoded)
