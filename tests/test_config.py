@@ -8,7 +8,7 @@ from hydra.errors import ConfigCompositionException
 
 from harness.agent_run.plan import build_plan
 from harness.config import ConfigError, HarnessConfig, check_output_dir
-from harness.models.gateway import check_model_name
+from harness.models.capabilities import check_model_name
 from tests.conftest import CONF_DIR, compose_config, scripted_settings
 
 GROUPS = {group.name: sorted(p.stem for p in group.glob("*.yaml"))

@@ -296,7 +296,7 @@ def tasks_built_once() -> Iterator[None]:
 def remote_model_problems(settings: HarnessConfig) -> None:
     """What the preflight asks litellm of an API model: can it route the name, does it take the parameters."""
     from harness.driver.preflight import check_params, is_harness_served
-    from harness.models.gateway import check_model_name
+    from harness.models.capabilities import check_model_name
 
     for model, field in ((settings.model, "model.name"), (settings.embedder, "embedder.name")):
         if not is_harness_served(model):

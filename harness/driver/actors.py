@@ -103,7 +103,7 @@ class AgentWorker:
         """Peers by actor name, not handle: a restarted worker looks them up again (handles passed
         as constructor arguments would live in the object store, which a restart must not rely on).
         The gateway is imported here, so the worker is ready only once that is paid (litellm is not:
-        a job's models import it where they need it, harness/models/gateway.py); it is built in
+        a job's models import it where they need it, harness/models/lazy_litellm.py); it is built in
         `_connect`, which must not block the event loop. `load_litellm`: import it now too (a warm
         pool's worker, ready for any model and for the checks of the commands it serves)."""
         import harness.models.gateway  # noqa: F401
@@ -146,7 +146,7 @@ class AgentWorker:
     def load_litellm(self) -> None:
         """Import litellm now, before this worker's first job (its models need it: harness/driver/session.py
         `start_pool`), so that every worker's runs start together, not each after its own import."""
-        from harness.models.gateway import load_litellm
+        from harness.models.lazy_litellm import load_litellm
 
         load_litellm()
 

@@ -2,7 +2,7 @@
 
 - agent workers (harness/driver/actors.py), one per CPU of the cluster unless `ray.num_workers` says how
   many, spread over its nodes; each holds one gateway replica (importing litellm only where its jobs'
-  models need it: harness/models/gateway.py), and hosts the
+  models need it: harness/models/lazy_litellm.py), and hosts the
   agent runs of any job as asyncio tasks (an agent run's memory, budget and records stay its own);
 - one writer hub (harness/driver/hub.py) on the driver's node, with a `TableWriter` for each job,
   writing into the job's own directory;

@@ -66,7 +66,7 @@ def check_models(settings: HarnessConfig) -> CheckedParams:
               if not is_harness_served(model)]
     checked = CheckedParams(settings.model.requested_params)
     if remote:
-        from harness.models.gateway import check_credentials, check_model_name
+        from harness.models.capabilities import check_credentials, check_model_name
 
         for model, field in remote:
             check_model_name(model.name, field)
@@ -77,7 +77,7 @@ def check_models(settings: HarnessConfig) -> CheckedParams:
             checked = check_params(settings.model)
     function_calling = settings.model.function_calling
     if function_calling is None:
-        from harness.models.gateway import supports_function_calling
+        from harness.models.capabilities import supports_function_calling
 
         function_calling = supports_function_calling(settings.model.name)
     return replace(checked, function_calling=function_calling, param_map=_lean_param_map(settings.model))
@@ -207,7 +207,7 @@ def load_litellm_meanwhile() -> None:
     sweep's jobs', which start once its pool is up)."""
 
     def load() -> None:
-        from harness.models.gateway import load_litellm
+        from harness.models.lazy_litellm import load_litellm
 
         load_litellm()
 
@@ -230,7 +230,7 @@ def _lean_param_map(model: ModelSettings) -> ParamMap | None:
 
 def _check_priced(models: list[tuple[EndpointSettings, str]]) -> None:
     """A dollar budget needs every call's cost: a model with no price would leave it uncounted."""
-    from harness.models.gateway import knows_price
+    from harness.models.capabilities import knows_price
 
     for model, field in models:
         if model.price is None and not knows_price(model.name):
@@ -243,7 +243,7 @@ def _check_priced(models: list[tuple[EndpointSettings, str]]) -> None:
 
 def check_params(model: ModelSettings) -> CheckedParams:
     """Each completion parameter asked for, against what litellm says the model supports."""
-    from harness.models.gateway import marks_cache, refused_params
+    from harness.models.capabilities import marks_cache, refused_params
 
     requested = model.requested_params
     refused = refused_params(model.name, requested)

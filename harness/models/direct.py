@@ -12,7 +12,8 @@ request itself over one pooled aiohttp session instead, and keeps litellm for wh
 - a reply that is not a success (any HTTP error, a body that is not a chat completion) is handed to
   litellm as it came off the wire, through a transport that replays it, so the error, its class
   (retried or fatal) and its text are litellm's own; nothing is sent twice;
-- usage and cost are read from the reply as the gateway reads litellm's (harness/models/gateway.py).
+- usage and cost are read from the reply as the gateway reads litellm's (harness/models/gateway.py,
+  pricing.py).
 
 Requests litellm would change in ways this path does not (content blocks, non-standard
 parameters) go through litellm as before.

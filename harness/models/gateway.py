@@ -5,49 +5,46 @@ exponential backoff on rate limits, timeouts and connection errors, and accounte
 record: tokens (the provider's, or counted when it reports none), dollars, latency, retries, error.
 A failed call comes back as a record with its error; it never raises into the agent's worker.
 
-litellm is imported where it is first needed (`_litellm`: seconds of CPU), not with this module: a
-worker whose calls all go on the lean path (harness/models/direct.py) with the `ParamMap`s its job
-brought never imports it; the in-process providers, which are litellm's custom providers, import it
-when a model of theirs is registered.
+litellm is imported where it is first needed (harness/models/lazy_litellm.py), not with this module:
+a worker whose calls all go on the lean path (harness/models/direct.py) with the `ParamMap`s its job
+brought never imports it. What litellm knows of a model, asked before anything starts, is
+harness/models/capabilities.py; what a call cost, harness/models/pricing.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import functools
 import logging
 import os
 import random
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from harness.clock import utc_now
-from harness.config import (
-    CacheSettings,
-    ConfigError,
-    EndpointSettings,
-    ModelSettings,
-    Price,
-    endpoint_key,
-)
+from harness.config import CacheSettings, EndpointSettings, endpoint_key
 from harness.errors import one_line
 from harness.models.adapters import AdapterLoads
 from harness.models.cache import CachedAnswer, ResponseCache, cacheable, request_key
+from harness.models.capabilities import keys_in_environment
 from harness.models.chat import ToolCall
-from harness.models.direct import PROVIDER as DIRECT_PROVIDER
-from harness.models.direct import DirectChat, ParamMap, may_have_a_price
+from harness.models.direct import DirectChat, ParamMap
 from harness.models.direct import as_json as _as_json
+from harness.models.lazy_litellm import (
+    IN_PROCESS,
+    answer_in_process,
+    in_process,
+    is_litellm_error,
+    load_litellm,
+)
 from harness.models.limits import Limits, LocalLimits
 from harness.models.loop_clock import harness_seconds, watch
 from harness.models.minilm import MINILM_PREFIX
 from harness.models.model_client import CallRequest, CallResult, GatewayUnavailable
-from harness.models.param_map import litellm_logs_at
+from harness.models.pricing import Pricing, tell_litellm_the_price
 from harness.tables.records import LLMCall
 from harness.text import safe_text
 
@@ -66,146 +63,14 @@ NO_ANSWER = CachedAnswer(prompt_tokens=0, completion_tokens=0, usage_source="pro
                          cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0)
 
 
-def _scripted() -> Any:
-    from harness.models.scripted import ScriptedRouter
-
-    return ScriptedRouter()
-
-
-def _hashing() -> Any:
-    from harness.models.embeddings import HashingEmbedding
-
-    return HashingEmbedding()
-
-
-def _minilm() -> Any:
-    from harness.models.embeddings import MiniLMEmbedding
-
-    return MiniLMEmbedding()
-
-
-IN_PROCESS: dict[str, Callable[[], Any]] = {"scripted": _scripted, "hashing": _hashing,
-                                           MINILM_PREFIX: _minilm}
-"""litellm providers that answer inside the gateway's process (harness/models/providers.py), by prefix:
-each made (and litellm imported) when a model of its prefix is first registered."""
-_unregistered_prices: dict[str, dict[str, Any]] = {}
-"""Prices the config gives, for litellm's map once it is loaded (`_tell_litellm_the_price`)."""
-_priced_routes: set[str] = set()
-"""Every route the config priced, in litellm's map or bound for it: litellm prices by them too."""
-
-
-@functools.cache
-def _litellm() -> ModuleType:
-    """litellm, imported the first time a call or a check needs it."""
-    import litellm
-
-    litellm.suppress_debug_info = True
-    if _unregistered_prices:
-        _register_prices(litellm, dict(_unregistered_prices))
-        _unregistered_prices.clear()
-    return litellm
-
-
-def load_litellm() -> None:
-    """Import litellm now (seconds), ahead of the calls and checks that need it (a warm pool's workers)."""
-    _litellm()
-
-
-def _litellm_loaded() -> bool:
-    return _litellm.cache_info().currsize > 0
-
-
-def _in_process(name: str) -> bool:
-    return name.split("/", 1)[0] in IN_PROCESS
-
-
-def _is_litellm_error(error: BaseException, names: tuple[str, ...]) -> bool:
-    """Whether `error` is one of litellm's errors of these names (none is, where litellm is not loaded)."""
-    if "litellm" not in sys.modules:
-        return False
-    litellm = sys.modules["litellm"]  # perhaps still being imported by another thread
-    kinds = tuple(kind for name in names if isinstance(kind := getattr(litellm, name, None), type))
-    return bool(kinds) and isinstance(error, kinds)
-
-
 async def direct_completion(model: str, messages: list[dict[str, Any]],
                             provider: tuple[str, Any] | None = None, **params: Any) -> Any:
     """litellm called as a plain script calls it, with nothing of the gateway around it: the bench's
     baseline (harness.bench). `provider`: an in-process provider (prefix, handler) to answer it."""
-    litellm = _litellm()
+    litellm = load_litellm()
     if provider is not None:
-        _answer_in_process(litellm, *provider)
+        answer_in_process(litellm, *provider)
     return await litellm.acompletion(model=model, messages=messages, **params)
-
-
-def _answer_in_process(litellm: ModuleType, prefix: str, handler: Any) -> None:
-    """litellm sends the calls of `prefix/...` models to `handler` in this process from now on."""
-    litellm.custom_provider_map = [*[p for p in litellm.custom_provider_map if p["provider"] != prefix],
-                                   {"provider": prefix, "custom_handler": handler}]
-
-
-def supports_function_calling(model: str) -> bool:
-    """Whether litellm's model map says the model takes tools natively; a model it does not know
-    takes them through the text protocol, which works with any."""
-    try:
-        return bool(_litellm().supports_function_calling(model=model))
-    except Exception:
-        return False
-
-
-def knows_price(model: str) -> bool:
-    """Whether litellm's price map has the model's input price."""
-    try:
-        return _litellm().get_model_info(model).get("input_cost_per_token") is not None
-    except Exception:
-        return False
-
-
-def marks_cache(model: str) -> bool:
-    """Whether the provider caches a prompt prefix only where the prompt marks it (Anthropic's
-    `cache_control`, also behind Bedrock and Vertex): OpenAI-style providers cache by themselves."""
-    try:
-        name, provider, _, _ = _litellm().get_llm_provider(model)
-    except Exception:
-        return False
-    return provider == "anthropic" or (provider in ("bedrock", "vertex_ai") and "claude" in name)
-
-
-def refused_params(model: str, params: dict[str, Any]) -> dict[str, str]:
-    """The OpenAI-style completion parameters litellm would refuse to send to this model (a
-    reasoning model's temperature 0, say), each with litellm's reason; none when it takes them
-    together. It maps those it can (e.g. max_tokens to max_completion_tokens) itself;
-    provider-specific keys go as they are."""
-    litellm = _litellm()
-    try:
-        name, provider, _, _ = litellm.get_llm_provider(model)
-    except Exception:  # check_model_name says what is wrong with the name
-        return {}
-
-    def refusal(candidate: dict[str, Any]) -> str | None:
-        try:
-            litellm.utils.get_optional_params(model=name, custom_llm_provider=provider, **candidate)
-        except litellm.UnsupportedParamsError as error:
-            return one_line(str(error), 200).removeprefix("litellm.UnsupportedParamsError: ")
-        return None
-
-    standard = {key: value for key, value in params.items() if key in litellm.OPENAI_CHAT_COMPLETION_PARAMS}
-    if refusal(standard) is None:
-        return {}
-    each = {key: refusal({key: value}) for key, value in standard.items()}
-    return {key: reason for key, reason in each.items() if reason is not None}
-
-
-def check_model_name(name: str, field: str = "model.name") -> None:
-    """Reject a model string litellm cannot route, before anything starts."""
-    if _in_process(name):
-        return
-    try:
-        _litellm().get_llm_provider(name)
-    except Exception as error:
-        raise ConfigError(f"invalid config: {field}: litellm cannot route {name!r} "
-                          f"(unknown provider; expected e.g. openai/gpt-4o-mini): "
-                          f"{one_line(error)}") from None
 
 
 class Gateway:
@@ -231,8 +96,7 @@ class Gateway:
         self._routes: dict[str, str] = {}
         """The litellm model string of each endpoint."""
         self.direct = DirectChat() if direct else None
-        self._unpriced: set[str] = set()
-        """Models of direct replies that litellm's price map does not know (asked once each)."""
+        self.pricing = Pricing()
         self.in_process: dict[str, Any] = {}
         """The in-process providers this gateway made (`provider`), by prefix."""
         self._embedding_service: Any = None
@@ -258,20 +122,20 @@ class Gateway:
             self._routes[key] = provider.route(key, m.name) if provider is not None else m.name
             if provider is not None:
                 provider.serve(self._routes[key], m.name, m, answer_key or {})
-            if m.api_base and not _keys_in_environment(m.name, m.api_base):
+            if m.api_base and not keys_in_environment(m.name, m.api_base):
                 self._keyless.add(key)  # a server of the user's own: it needs no key, the client does
-            _tell_litellm_the_price(m, self._routes[key])
+            tell_litellm_the_price(m, self._routes[key])
 
     def provider(self, prefix: str) -> Any:
         """This gateway's in-process provider of `prefix` (harness/models/providers.py), made and
         registered with litellm (imported now) on first use; the latest gateway's serves the process."""
         if prefix not in self.in_process:
-            litellm = _litellm()
+            litellm = load_litellm()
             made = IN_PROCESS[prefix]()
             if self._embedding_service is not None and prefix == MINILM_PREFIX:
                 made.use_service(self._embedding_service)
             self.in_process[prefix] = made
-            _answer_in_process(litellm, prefix, made)
+            answer_in_process(litellm, prefix, made)
         return self.in_process[prefix]
 
     def use_embedding_service(self, service: Any) -> None:
@@ -345,7 +209,7 @@ class Gateway:
                     for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
             answer = _usage(settings.name, request, response, text, tool_calls)
             answer = answer.model_copy(update={"text": text, "tool_calls": tool_calls, "vectors": vectors,
-                                               "cost_usd": self._cost(settings, response, answer)})
+                                               "cost_usd": self.pricing.cost(settings, response, answer)})
             if cache is not None and cache_key is not None and error is None:
                 self._store(cache, cache_key, answer)
         result = self._result(request, started_at, answer, answer.cost_usd, latency_s, harness_s, queued_s,
@@ -389,18 +253,18 @@ class Gateway:
             "api_key": LOCAL_API_KEY if local or key in self._keyless else None,
             "timeout": settings.timeout_s, "num_retries": 0}
         if request.kind == "embed":
-            return _litellm().aembedding(input=request.texts, **endpoint, **request.params)
-        if request.adapter is not None and not _in_process(settings.name):
+            return load_litellm().aembedding(input=request.texts, **endpoint, **request.params)
+        if request.adapter is not None and not in_process(settings.name):
             return self._send_adapted(endpoint, settings, request)
         api_key = endpoint["api_key"] or os.environ.get("OPENAI_API_KEY")
         if (self.direct is not None and endpoint["api_base"] and api_key
                 and self.takes_direct(endpoint["model"], request)):
             return self.direct.complete(endpoint["model"], endpoint["api_base"], api_key, settings.timeout_s,
                                         request.messages, request.params)
-        if _in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
+        if in_process(settings.name):  # it may answer by purpose; a remote provider never sees it
             endpoint["metadata"] = {"purpose": request.purpose,
                                     "adapter": request.adapter.path if request.adapter is not None else None}
-        return _litellm().acompletion(messages=request.messages, **endpoint, **request.params)
+        return load_litellm().acompletion(messages=request.messages, **endpoint, **request.params)
 
     async def _send_adapted(self, endpoint: dict[str, Any], settings: EndpointSettings,
                             request: CallRequest) -> Any:
@@ -420,11 +284,11 @@ class Gateway:
         if self.direct is not None and api_key and self.takes_direct(served["model"], request):
             return await self.direct.complete(served["model"], served["api_base"], api_key,
                                               settings.timeout_s, request.messages, request.params)
-        return await _litellm().acompletion(messages=request.messages, **served, **request.params)
+        return await load_litellm().acompletion(messages=request.messages, **served, **request.params)
 
     def takes_direct(self, route: str, request: CallRequest) -> bool:
         """Whether the call goes on the lean path (harness/models/direct.py), given a server."""
-        return (self.direct is not None and request.kind == "chat" and not _in_process(route)
+        return (self.direct is not None and request.kind == "chat" and not in_process(route)
                 and self.direct.takes(route, request.messages, request.params))
 
     async def _send_with_retries(self, key: str, settings: EndpointSettings, request: CallRequest
@@ -437,49 +301,17 @@ class Gateway:
             try:
                 return await self._send(key, settings, request), retries, None, paced_s
             except Exception as error:
-                if not _is_litellm_error(error, RETRYABLE):  # a bad request or a provider bug
+                if not is_litellm_error(error, RETRYABLE):  # a bad request or a provider bug
                     return None, retries, one_line(error), paced_s
                 if retries >= settings.max_retries:
                     return None, retries, one_line(error), paced_s
                 retries += 1
                 backoff = min(MAX_BACKOFF_S, settings.retry_backoff_s * 2 ** (retries - 1))
                 backoff *= 0.5 + random.random() / 2
-                if _is_litellm_error(error, ("RateLimitError",)):
+                if is_litellm_error(error, ("RateLimitError",)):
                     self.limits.back_off(key, backoff)  # every caller of this model waits, not only this one
                 else:
                     await asyncio.sleep(backoff)
-
-    def _cost(self, settings: EndpointSettings, response: Any, answer: CachedAnswer) -> float | None:
-        """Each kind of token at its own price: the config's, else litellm's map (its cost function
-        knows cache-read, cache-write and tiered prices)."""
-        price = _price(settings)
-        if price is not None:
-            return price.cost(answer.prompt_tokens, answer.completion_tokens, answer.cache_read_tokens or 0,
-                              answer.cache_write_tokens or 0)
-        if isinstance(response, SimpleNamespace):  # a direct reply (harness/models/direct.py)
-            return self._direct_cost(response)
-        try:
-            return float(_litellm().completion_cost(completion_response=response))
-        except Exception:  # no price known for this model: unknown, never silently zero
-            return None
-
-    def _direct_cost(self, response: SimpleNamespace) -> float | None:
-        """What litellm's cost function makes of the same reply (priced by the model it names)."""
-        model = str(getattr(response, "model", ""))
-        if model in self._unpriced:
-            return None
-        if not may_have_a_price(model, _priced_routes):  # a scan of litellm's names: once per model
-            self._unpriced.add(model)
-            return None
-        try:
-            litellm = _litellm()
-            reply = litellm.ModelResponse(**_as_json(response))
-            return float(litellm.completion_cost(completion_response=reply,
-                                                 custom_llm_provider=DIRECT_PROVIDER))
-        except Exception:
-            self._unpriced.add(model)
-            return None
-
 
 def _with_compute(result: CallResult, request: CallRequest, parameters: int | None) -> CallResult:
     """The record with the adapter the call was served with and its FLOPs (2 x parameters x tokens:
@@ -533,7 +365,7 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None,
                             cost_usd=None, cache_read_tokens=getattr(details, "cached_tokens", None) or 0,
                             cache_write_tokens=written,
                             reasoning_tokens=getattr(thinking, "reasoning_tokens", None) or 0)
-    litellm = _litellm()
+    litellm = load_litellm()
     if request.kind == "embed":
         counted = litellm.token_counter(model=model, text=request.texts)
         return CachedAnswer(prompt_tokens=counted, completion_tokens=0, usage_source="counted", cost_usd=None,
@@ -544,58 +376,3 @@ def _usage(model: str, request: CallRequest, response: Any, text: str | None,
     counted_completion = litellm.token_counter(model=model, text=said, count_response_tokens=True)
     return CachedAnswer(prompt_tokens=counted_prompt, completion_tokens=counted_completion,
                         usage_source="counted", cost_usd=None)
-
-
-def _keys_in_environment(model: str, api_base: str | None = None) -> bool:
-    if model.startswith(f"{DIRECT_PROVIDER}/"):
-        return "OPENAI_API_KEY" in os.environ  # litellm's check for openai, without litellm (a test holds it)
-    try:
-        return bool(_litellm().validate_environment(model=model, api_base=api_base)["keys_in_environment"])
-    except Exception:  # a provider litellm cannot check: let the call say what is missing
-        return True
-
-
-def check_credentials(settings: EndpointSettings, field: str) -> None:
-    """Refuse, before anything starts, a model whose provider needs a key that is not set. A model
-    behind `api_base` (a server of the user's own: vLLM, SGLang, llama.cpp) needs none."""
-    if settings.api_base or _in_process(settings.name):
-        return
-    check = _litellm().validate_environment(model=settings.name)
-    if not check.get("keys_in_environment", True):
-        missing = ", ".join(check.get("missing_keys") or ["its API key"])
-        raise ConfigError(f"invalid config: {field}: {settings.name} needs {missing}, which is not set; "
-                          f"export it, or point {field.rsplit('.', 1)[0]}.api_base at a server that "
-                          "needs no key")
-
-
-def _price(settings: EndpointSettings) -> Price | None:
-    """The per-token price the config gives (a local model's is its server's), if any."""
-    if isinstance(settings, ModelSettings) and settings.serves_locally and settings.local_server:
-        return settings.local_server.price
-    return settings.price
-
-
-def _tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
-    """litellm prices every response itself, inside each call; for a model its map does not know
-    (a local or in-process model) it searches its fallbacks every time, about a tenth of the CPU of a
-    call. Registering the price the config gives makes that one lookup."""
-    price = _price(settings)
-    if price is None:
-        return
-    cache_prices = {name: value for name, value in (
-        ("cache_read_input_token_cost", price.cache_read_per_token),
-        ("cache_creation_input_token_cost", price.cache_write_per_token)) if value is not None}
-    entry = {route: {
-        "input_cost_per_token": price.input_per_token, "output_cost_per_token": price.output_per_token,
-        **cache_prices, "litellm_provider": route.split("/", 1)[0],
-        "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}}
-    _priced_routes.add(route)
-    if _litellm_loaded():
-        _register_prices(_litellm(), entry)
-    else:  # registered when litellm is loaded, if it ever is
-        _unregistered_prices.update(entry)
-
-
-def _register_prices(litellm: ModuleType, entries: dict[str, dict[str, Any]]) -> None:
-    with litellm_logs_at(logging.ERROR):  # it warns that cache-token prices default to 0: true, and moot here
-        litellm.register_model(entries)

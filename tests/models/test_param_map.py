@@ -23,7 +23,7 @@ from litellm.utils import get_optional_params
 
 from harness.bench.fake_chat import FakeChatServer
 from harness.config import ModelSettings
-from harness.models import gateway as gateway_module
+from harness.models.capabilities import keys_in_environment
 from harness.models.direct import may_have_a_price
 from harness.models.gateway import FATAL_ERRORS, RETRYABLE, Gateway
 from harness.models.model_client import CallRequest
@@ -88,7 +88,7 @@ def test_whether_the_openai_key_is_set_is_litellms_answer(monkeypatch, key_set):
     else:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     for route in ("openai/fake", "openai/gpt-4o-mini"):
-        ours = gateway_module._keys_in_environment(route, "http://127.0.0.1:9/v1")
+        ours = keys_in_environment(route, "http://127.0.0.1:9/v1")
         theirs = litellm.validate_environment(model=route, api_base="http://127.0.0.1:9/v1")
         assert ours == bool(theirs["keys_in_environment"]) == key_set
 
