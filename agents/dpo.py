@@ -6,12 +6,17 @@ revealed reference answer preferred to a failed reply when no attempt succeeded.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agents.weights import WeightLearner
-from harness.agent_api import Feedback, LearningExample
+from harness.agent_api import AgentContext, Feedback, LearningExample
 
 
 class DpoAgent(WeightLearner):
     kind = "dpo"
+
+    def __init__(self, context: AgentContext, max_attempts: int = 2, **kwargs: Any) -> None:
+        super().__init__(context, max_attempts=max_attempts, **kwargs)
 
     def gather(self, feedback: Feedback) -> list[LearningExample]:
         attempts = self.single_turn(feedback)

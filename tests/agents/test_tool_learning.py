@@ -1,6 +1,7 @@
 """Tool learning: tools are checked and sandboxed before they are registered, then reused."""
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,7 +36,9 @@ class FakeModel:
 
 class OneTaskTrial(EnvTrial):
     def __init__(self, task: Task, llm) -> None:
-        super().__init__(task, CountryFacts(), llm)
+        # what a trial reads of its episode runner: the env, the model client, the judge, the reward
+        super().__init__(task, SimpleNamespace(env=CountryFacts(), llm=llm, judge=None,  # type: ignore[arg-type]
+                                               reward_source="truth"))
 
 
 def learn_from_failure(agent: ToolLearningAgent) -> dict:
