@@ -26,7 +26,8 @@ def variants_section(episodes: pl.DataFrame, table: pl.DataFrame) -> Section:
                    "seeds, the independent unit (a seed's order seeds and repeats share its task set): "
                    "Student's t on the seeds with a cluster-robust standard error (`ci_over`: how many). A "
                    "group with one seed gets the BCa bootstrap interval over that seed's episodes instead, "
-                   f"`ci_over` saying so. Overhead = every purpose but act.{one_seed}" + varying, table,
+                   f"`ci_over` saying so. Overhead = every purpose of the agent but act (grading, the "
+                   f"benchmark's, is apart).{one_seed}" + varying, table,
                    figure="cost_accuracy")
 
 
@@ -151,8 +152,8 @@ def metrics_section(learning: pl.DataFrame, unit: str = "seed") -> Section:
         "tasks until the rolling success (10 tasks) first reaches 90% of its final level (mean over "
         "runs); `std_over_seeds` / `range_over_seeds` / `std_over_orders` = spread of the runs' success "
         "rates; `forgetting` = success when a probe task was learnt - success at its last replay; "
-        "`success_per_1k_tokens` / `success_per_usd` = successes / spend (every purpose). Empty columns "
-        "are left out.", shown, figure="learning_curves")
+        "`success_per_1k_tokens` / `success_per_usd` = successes / spend (every purpose of the agent). Empty "
+        "columns are left out.", shown, figure="learning_curves")
 
 
 def aggregate_section(result: Aggregates) -> Section:

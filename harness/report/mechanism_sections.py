@@ -11,7 +11,7 @@ import polars as pl
 from harness.report.grouped import interval_of, same_group, with_interval
 from harness.report.parts import REPORT_GROUPS, Section
 from harness.tables.reading import read_tables
-from harness.tables.records import PURPOSES, TABLES
+from harness.tables.records import BENCHMARK_PURPOSES, PURPOSES, TABLES
 from harness.tables.summary import group_keys
 
 
@@ -70,6 +70,9 @@ def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | No
         return None
     keys = group_keys(episodes, REPORT_GROUPS)
     joined = calls.join(episodes.select("episode_id", *keys).unique("episode_id"), on="episode_id")
+    # Grading is the benchmark's cost, not the agent's: apart, never a share of the agent's tokens.
+    graded = joined.filter(pl.col("purpose").is_in(BENCHMARK_PURPOSES))
+    joined = joined.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES))
     if joined.is_empty() or joined["purpose"].n_unique() < 2:
         return None
     shares = (joined.group_by(*keys, "purpose").agg(pl.col("total_tokens").sum())
@@ -79,8 +82,11 @@ def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | No
     # harness) is shown after them, not dropped.
     known = [p for p in PURPOSES if p in shares.columns]
     order = known + sorted(set(shares.columns) - set(keys) - set(known))
-    return Section("Tokens by purpose", "Share of each group's tokens spent on each purpose (act: solving "
-                   "tasks; every other purpose is self-improvement overhead).", shares.select(*keys, *order))
+    notes = [f"Grading (purpose grade, the benchmark's own cost, outside the agents' budgets): "
+             f"{int(graded['total_tokens'].sum())} tokens, not in these shares."] if graded.height else []
+    return Section("Tokens by purpose", "Share of each group's tokens spent on each of the agent's purposes "
+                   "(act: solving tasks; every other purpose is self-improvement overhead).",
+                   shares.select(*keys, *order), notes=notes)
 
 
 EDIT_COUNTS = {table: model.edit_counts for table, model in TABLES.items() if model.edit_counts}
