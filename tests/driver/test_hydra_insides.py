@@ -3,7 +3,6 @@ naming the installed Hydra and the pin the module was written for, so that an up
 of it says so here rather than as a slower sweep or a wrong summary."""
 
 import inspect
-import tomllib
 from pathlib import Path
 
 import hydra
@@ -17,27 +16,16 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, RunMode
-from packaging.requirements import Requirement
 
 from harness.driver.hydra_insides import SUPPORTED, failure
+from tests.driver.insides import Insides
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def relied_on(holds: bool, what: str) -> None:
-    assert holds, (f"hydra-core {hydra.__version__} (harness/driver/hydra_insides.py is written for "
-                   f"{SUPPORTED}): {what} no longer holds; see that module for what it is for")
+INSIDES = Insides("hydra-core", hydra.__version__, "harness/driver/hydra_insides.py", SUPPORTED)
+relied_on = INSIDES.relied_on
 
 
 def test_the_module_is_written_for_the_pinned_hydra_and_the_installed_one_is_it():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = [Requirement(dependency) for dependency in project["dependencies"]]
-    [pin] = [str(p) for p in pins if p.name == "hydra-core"]
-    assert Requirement(pin) == Requirement(SUPPORTED), (
-        f"pyproject.toml pins {pin}, harness/driver/hydra_insides.py is written for {SUPPORTED}: check "
-        "what it relies on against the new pin (this file), then say so in SUPPORTED and docs/guarantees.md")
-    relied_on(Requirement(SUPPORTED).specifier.contains(hydra.__version__, prereleases=True),
-              "the installed version is the pinned one")
+    INSIDES.check_pin()
 
 
 def test_the_sweeper_asks_its_loader_by_keyword_for_each_job_before_it_launches_them():

@@ -6,12 +6,9 @@ cannot attach. tests/driver/test_local_ray.py starts Ray to see each of them at 
 import inspect
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 
 import pytest
 import ray
-from packaging.requirements import Requirement
 from ray._private import node, parameter, ray_constants, services, worker
 from ray._private.authentication import authentication_token_setup
 from ray._raylet import AuthenticationTokenLoader
@@ -19,23 +16,14 @@ from ray._raylet import AuthenticationTokenLoader
 from harness.driver import ray_insides
 from harness.driver.ray_insides import SUPPORTED
 from harness.driver.startup import LOCAL_RAY_SYSTEM_CONFIG
+from tests.driver.insides import Insides
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def relied_on(holds: bool, what: str) -> None:
-    assert holds, (f"ray {ray.__version__} (harness/driver/ray_insides.py is written for {SUPPORTED}): "
-                   f"{what} no longer holds; see that module for what it is for")
+INSIDES = Insides("ray", ray.__version__, "harness/driver/ray_insides.py", SUPPORTED)
+relied_on = INSIDES.relied_on
 
 
 def test_the_module_is_written_for_the_pinned_ray_and_the_installed_one_is_it():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    [pin] = [str(p) for p in map(Requirement, project["dependencies"]) if p.name == "ray"]
-    assert Requirement(pin) == Requirement(SUPPORTED), (
-        f"pyproject.toml pins {pin}, harness/driver/ray_insides.py is written for {SUPPORTED}: check "
-        "what it relies on against the new pin (this file), then say so in SUPPORTED and docs/guarantees.md")
-    relied_on(Requirement(SUPPORTED).specifier.contains(ray.__version__, prereleases=True),
-              "the installed version is the pinned one")
+    INSIDES.check_pin()
 
 
 def test_ray_init_builds_its_node_from_what_the_local_start_swaps():
