@@ -33,6 +33,8 @@ class WeightLearner(BaseAgent):
     examples gathered so far (the trainer keeps `training.max_examples` of the most recent)."""
 
     kind: Literal["sft", "dpo"]
+    retry_temperature = 0.7
+    """A retry resamples (greedy would repeat the same reply word for word)."""
 
     def __init__(self, context: AgentContext, update_every: int = 5,
                  training: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -66,9 +68,6 @@ class WeightLearner(BaseAgent):
         self.openings.append(messages)
         params = self.sampling(self.retry_temperature) if self.attempt > 1 else {}
         return await self.act(episode, messages, **params)
-
-    retry_temperature = 0.7
-    """A retry resamples (greedy would repeat the same reply word for word)."""
 
     async def learn(self, feedback: Feedback) -> None:
         await super().learn(feedback)

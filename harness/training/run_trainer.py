@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -71,7 +70,6 @@ class RunTrainer:
     base: str
     seed: int
     train_price: float
-    served_name: Callable[[str], str]
     adapter: str | None = field(default=None, init=False)
     """The hash of the adapter the run is served with now; None: the base model."""
     directory: Path | None = field(default=None, init=False)
@@ -94,9 +92,7 @@ class RunTrainer:
             (directory / UPDATE_FILE).write_text(json.dumps(figures, sort_keys=True))
         previous = self.adapter
         self.updates += 1
-        self.adapter, self.directory = figures["adapter_hash"], directory
-        self.llm.adapter = ServedAdapter(name=self.served_name(self.adapter), hash=self.adapter,
-                                         path=str(directory))
+        self._serve(figures["adapter_hash"], directory)
         cost = figures["tokens_trained"] * self.train_price
         flops = figures["flops"]
         self.llm.ledger.train(figures["tokens_trained"], cost, flops)
@@ -118,10 +114,14 @@ class RunTrainer:
         figures = saved_update(directory) if directory is not None else None
         if directory is not None and figures is None:
             raise ValueError(f"{directory} holds no adapter ({UPDATE_FILE} is missing)")
-        self.directory = directory
-        self.adapter = figures["adapter_hash"] if figures is not None else None
-        self.llm.adapter = (ServedAdapter(name=self.served_name(self.adapter), hash=self.adapter,
-                                          path=str(directory)) if self.adapter is not None else None)
+        self._serve(figures["adapter_hash"] if figures is not None else None, directory)
+
+    def _serve(self, adapter: str | None, directory: Path | None) -> None:
+        """Serve the run's later calls with this adapter (None: the base model); the server knows it
+        by a name its hash gives."""
+        self.adapter, self.directory = adapter, directory
+        self.llm.adapter = (ServedAdapter(name=f"lora-{adapter[:16]}", hash=adapter, path=str(directory))
+                            if adapter is not None else None)
 
     async def close(self) -> None:
         await self.backend.close()
@@ -222,5 +222,4 @@ def trainer_for(learner: LearnerSpec, llm: AgentModelClient, recorder: Recorder,
     """The trainer of a learner run, on the backend its model takes (harness/agent_run/plan.py)."""
     backend: Backend = (ScriptedBackend(learner.parameters) if learner.backend == "scripted"
                         else TransformersBackend(learner.gguf, seed, run_id))
-    return RunTrainer(backend, llm, recorder, run_id, run_dir, learner.base, seed, learner.train_price,
-                      lambda adapter: f"lora-{adapter[:16]}")
+    return RunTrainer(backend, llm, recorder, run_id, run_dir, learner.base, seed, learner.train_price)

@@ -102,12 +102,6 @@ class LoraWeights:
         self.adapter = result.adapter_hash
         return asdict(result)
 
-    def memory_bytes(self) -> int:
-        """This process's resident memory now (for the docs' figures)."""
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
 
 def saved_update(directory: Path) -> dict[str, Any] | None:
     """The update.json an update left in its adapter's directory, if it finished."""
