@@ -27,7 +27,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
@@ -36,14 +35,7 @@ from typing import Any
 from harness.bench.commands import Measured, measure
 from harness.bench.common import table
 from harness.bench.fake_chat import ServerProcess
-from harness.bench.versus import (
-    INSPECT_TASK,
-    INSTALL,
-    harness_argv,
-    http_model_options,
-    inspect_argv,
-    inspect_available,
-)
+from harness.bench.versus import harness_argv, http_model_options, inspect_argv, inspect_or_say, served_work
 
 SCRIPTED = ["model=scripted", "embedder=hashing", "variant=best_of_k", "variant.k=8", "budget.max_tokens=450",
             "seeds=[0,1,2,3,4,5]", "stream.num_tasks=20", "cache.enabled=false", "progress=false"]
@@ -107,16 +99,9 @@ def load_section(loops: int = 3, repeats: int = 1, runs: int = 8, calls: int = 2
                  scripted: bool = True, http: bool = True) -> list[dict[str, Any]]:
     """Rows of each command quiet and beside `loops` busy processes, `repeats` pairs back to back,
     then busy over quiet per tool; outputs in `keep` (or a temporary directory)."""
-    with_inspect = http and inspect_available()
-    if http and not with_inspect:
-        print(f"inspect_ai is not installed: measuring the harness alone ({INSTALL})", flush=True)
+    with_inspect = inspect_or_say(http)
     by_tool: dict[str, list[dict[str, Any]]] = {}
-    with contextlib.ExitStack() as stack:
-        server = stack.enter_context(ServerProcess(latency_s))
-        work = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-load-")))
-        work.mkdir(parents=True, exist_ok=True)
-        task_file = work / "versus_task.py"
-        task_file.write_text(INSPECT_TASK)
+    with served_work(latency_s, keep, "harness-load-") as (server, work, task_file):
         commands = _commands(server, work, task_file, runs, calls, cap, scripted, http, with_inspect)
         for repeat in range(repeats):
             for tool, slug, argv_for, env in commands:

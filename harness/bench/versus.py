@@ -40,6 +40,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,30 @@ def inspect_available() -> bool:
     return EXTRAS["inspect"].installed and shutil.which("inspect") is not None
 
 
+def inspect_or_say(wanted: bool = True) -> bool:
+    """Whether inspect_ai's commands run: `wanted` and installed. Where wanted but missing it says so, with
+    how to install it, so that a table of the harness alone is not read as the comparison (versus, load)."""
+    with_inspect = wanted and inspect_available()
+    if wanted and not with_inspect:
+        print(f"inspect_ai is not installed: measuring the harness alone ({INSTALL})", flush=True)
+    return with_inspect
+
+
+@contextlib.contextmanager
+def served_work(latency_s: float, keep: Path | None,
+                prefix: str) -> Iterator[tuple[ServerProcess, Path, Path]]:
+    """The HTTP model both tools call, answering after `latency_s`; the directory the commands write into
+    (`keep`, or a temporary one named `prefix`..., removed after); and inspect_ai's task file in it. One
+    for the versus and load sections, so that their commands meet the same model and task."""
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(ServerProcess(latency_s))
+        work = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        work.mkdir(parents=True, exist_ok=True)
+        task_file = work / "versus_task.py"
+        task_file.write_text(INSPECT_TASK)
+        yield server, work, task_file
+
+
 def harness_argv(server: ServerProcess, runs: int, calls: int, cap: int, out: Path,
                  model_checks: Path) -> list[str]:
     return [sys.executable, "-m", "harness", *fake_model_overrides(server, calls, cap, model_checks),
@@ -150,17 +175,10 @@ def versus_section(runs: list[int], calls: int = 50, latency_s: float = 0.2, cap
     ratios; the commands' output stays in the work directory (`keep`, or a temporary one). With
     `warm`, also a row of the harness on a warm pool (`ray.address=warm`; the pool's processes
     counted from the command's start) and its ratios."""
-    with_inspect = inspect_available()
-    if not with_inspect:
-        print(f"inspect_ai is not installed: measuring the harness alone ({INSTALL})", flush=True)
+    with_inspect = inspect_or_say()
     rows: list[dict[str, Any]] = []
-    with contextlib.ExitStack() as stack:
-        server = stack.enter_context(ServerProcess(latency_s))
-        work = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-versus-")))
-        work.mkdir(parents=True, exist_ok=True)
-        task_file = work / "versus_task.py"
-        task_file.write_text(INSPECT_TASK)
-        pool = stack.enter_context(WarmPoolProcess(work)) if warm else None
+    with (served_work(latency_s, keep, "harness-versus-") as (server, work, task_file),
+          WarmPoolProcess(work) if warm else contextlib.nullcontext() as pool):
         floor = work / "ray_floor.py"
         floor.write_text(RAY_FLOOR)
         print("Ray's floor: a fresh Ray, one actor, one call ...", flush=True)
