@@ -89,10 +89,15 @@ class Measured:
     first_call_s: float | None
     """Seconds from the command's start to the first request the server saw."""
     requests: int
+    """Requests the server saw from the command's start."""
     peak_in_flight: int
+    """The most requests the server held at once during the command."""
     peak_rss: int
+    """Bytes: the largest summed RSS of the command's processes (and of the sessions `also`)."""
     used_rise: int
+    """Bytes: the machine's used memory at its peak over it at the start (others' work shows here too)."""
     cpu_s: float
+    """CPU seconds (user + system) of every process of the command's session, and of `also`'s."""
     load: float | None = None
     """Mean 1-minute load average of the machine during the command."""
     startup_cpu_s: float | None = None
