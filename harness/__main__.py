@@ -23,7 +23,7 @@ def main(cfg: DictConfig) -> Job | None:
     try:
         result = job.run()
     except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM or SIGHUP (harness/driver/signals.py)
-        from harness.driver.session import resume_hint
+        from harness.driver.resume import resume_hint
 
         reason, code = stop_reason(interrupt)
         print(f"\n{reason}: the episodes finished so far are in {job.run_dir}; "

@@ -29,7 +29,6 @@ from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport
 from harness.driver.metrics import JobLabels
 from harness.driver.progress import JobFigures, progress_actor_name
-from harness.driver.resume import close_finished
 from harness.driver.session import JobSession, check_alive
 from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_cause
 from harness.models.model_client import GatewayUnavailable, ModelUnavailable
@@ -66,14 +65,14 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, s
     """Run the agent runs not already finished (a resume's) into `run_dir`; `described_runs` already
     have their `runs` row (harness/driver/resume.py)."""
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]
-    if not specs:
-        close_finished(run_dir)
-        return Executed()
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))
     # The hub tags the job's rows in the pool's Ray metrics with these (harness/driver/metrics.py).
-    labels = job_labels(pool.limits_name, identity.number, specs)
+    labels = job_labels(pool.limits_name, identity.number, specs) if specs else None
     ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels))
+    if not specs:  # a resume with nothing left to run: its tables are left as a finished job's are
+        _vital("the writer actor", writer.hub.close.remote(writer.key), session, timeout=CLOSE_WAIT_S)
+        return Executed()
     pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, described_runs, identity))
     models = models_in_use(settings)
     assignments = pool.assign(specs)

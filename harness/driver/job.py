@@ -45,7 +45,7 @@ class Job:
         except EXPECTED_ERRORS as error:
             raise exit_for(error) from None
         from harness.driver.execute import JobIdentity
-        from harness.driver.session import resume_hint
+        from harness.driver.resume import resume_hint
 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(resolved, dict)

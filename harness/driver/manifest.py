@@ -53,14 +53,9 @@ def start_manifest(settings: HarnessConfig, specs: list[AgentRunSpec], resumes: 
 def recorded(manifest: Manifest, run_dir: Path, resume_hint: str = "") -> Iterator[Manifest]:
     """Write `manifest` now and again when the block ends: `finished` if it returned, else
     `interrupted` or `failed` with one line saying why (the exception goes on); either way with
-    the rows written per table and the time. A full disk is one DiskFull with `resume_hint`,
+    the rows each table holds and the time. A full disk is one DiskFull with `resume_hint`,
     never a second traceback over the error already on its way."""
-    try:
-        write_manifest(run_dir, manifest)
-    except OSError as error:
-        if not is_disk_full(error):
-            raise
-        raise disk_full(run_dir, error).with_hint(resume_hint) from None
+    write_manifest(run_dir, manifest, resume_hint)
     ending: BaseException | None = None
     try:
         yield manifest
@@ -76,17 +71,11 @@ def recorded(manifest: Manifest, run_dir: Path, resume_hint: str = "") -> Iterat
         manifest.status, manifest.error, ending = "failed", one_line(error), error
         raise
     finally:
-        manifest.tables = {name: count_rows(run_dir, name) for name in TABLES}
         manifest.finished_at = utc_now()
-        try:
-            write_manifest(run_dir, manifest)
-        except OSError as error:
-            if not is_disk_full(error):
-                raise
-            if ending is None:  # the run went well, but its end cannot be recorded
-                raise disk_full(run_dir, error).with_hint(resume_hint) from None
-            # Else the error on its way out says why the run stopped; the manifest keeps its first
-            # version (status running), as after a crash, and a resume carries on from the tables.
+        # With an error on its way out, that error says why the run stopped: a full disk then keeps
+        # the manifest's first version (status running), as after a crash, and a resume carries on
+        # from the tables.
+        write_manifest(run_dir, manifest, resume_hint, ending=ending)
 
 
 def record_outcomes(manifest: Manifest, outcomes: list[RunOutcome],
@@ -99,8 +88,20 @@ def record_outcomes(manifest: Manifest, outcomes: list[RunOutcome],
     manifest.env_setup_s = env_setup_s
 
 
-def write_manifest(run_dir: Path, manifest: Manifest) -> None:
-    write_text_atomically(run_dir / "manifest.json", json.dumps(manifest.model_dump(mode="json"), indent=2))
+def write_manifest(run_dir: Path, manifest: Manifest, resume_hint: str = "",
+                   ending: BaseException | None = None) -> None:
+    """`manifest.json`, replaced whole, with the rows each table holds now. A full disk raises one
+    DiskFull with `resume_hint`, unless the run is already ending on an error (`ending`), which says
+    why it stopped."""
+    manifest.tables = {name: count_rows(run_dir, name) for name in TABLES}
+    try:
+        text = json.dumps(manifest.model_dump(mode="json"), indent=2)
+        write_text_atomically(run_dir / "manifest.json", text)
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        if ending is None:
+            raise disk_full(run_dir, error).with_hint(resume_hint) from None
 
 
 def env_packages(specs: Iterable[AgentRunSpec]) -> list[str]:

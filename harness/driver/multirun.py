@@ -41,7 +41,8 @@ from harness.driver.metrics import metrics_endpoint
 from harness.driver.pool import AgentPool
 from harness.driver.preflight import checks_need_litellm, load_litellm_meanwhile
 from harness.driver.progress import SweepProgress, job_status_line, progress_actor_name, render
-from harness.driver.session import check_alive, resume_hint, start_pool
+from harness.driver.resume import resume_hint
+from harness.driver.session import check_alive, start_pool
 from harness.driver.signals import stop_reason
 from harness.driver.until_decided import Rounds
 from harness.errors import exit_with

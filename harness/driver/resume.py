@@ -6,22 +6,24 @@ are finished (harness/tables/writer.py `recover`), the rows of unfinished episod
 start: its finished episodes are replayed to rebuild the agent's state (memory, tools, prompt)
 without being written again, and the rest are run and written. With the response cache on (the
 default), the replayed greedy calls are answered from disk, so they send nothing to the model.
+What to tell the user to type to carry on (`resume_hint`) is said here too: every stage that can stop
+a run says it.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
+from hydra.core.hydra_config import HydraConfig
 
 from harness.agent_run.spec import AgentRunSpec, episode_ids, expected_episodes
 from harness.config import ConfigError
-from harness.tables.orphans import drop_orphans, finished_episodes
-from harness.tables.reading import read_table
-from harness.tables.records import RunRow
-from harness.tables.writer import TableWriter, recover
+from harness.tables.orphans import described_runs, drop_orphans, finished_episodes
+from harness.tables.writer import recover
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,7 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
     # Also when no episode finished: a run stopped during its first episodes leaves their calls.
     dropped = drop_orphans(run_dir, finished)
     # Also with nothing finished or dropped: a run stopped before its first episode has its runs rows.
-    runs = read_table(run_dir, RunRow.table)
-    described = frozenset(runs.get_column("run_id", default=pl.Series([])).to_list())
+    described = described_runs(run_dir)
     if not finished and not dropped:
         return ResumePlan(specs, described_runs=described)
     specs = [s.model_copy(update={"finished": sorted(set(planned[s.run_id]) & finished)}) for s in specs]
@@ -59,7 +60,21 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
     return ResumePlan(specs, resumes, described)
 
 
-def close_finished(run_dir: Path) -> None:
-    """A resume with nothing left to run: leave the tables as a finished job does (every table a file,
-    the parts a killed writer left compacted)."""
-    TableWriter(run_dir).close()
+def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False,
+                overrides: Sequence[str] | None = None) -> str:
+    """What to type to carry on: `command` when the entry point gave one (a snapshot evaluation),
+    else the same Hydra overrides (`overrides`: a sweep's, as typed; else the job's), into the same
+    run (or sweep) directory."""
+    if command is not None and not sweep:
+        return f"the episodes written so far are kept; resume with: {shlex.join(command)}"
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    if overrides is None:
+        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    overrides = [o for o in overrides if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
+    # Where configs were found (a variant of one's own, an outside agent's): without it the
+    # resumed command could not compose the same config.
+    composing = HydraConfig.get().overrides.hydra if HydraConfig.initialized() else []
+    overrides = [*overrides, *(o for o in composing if o.startswith("hydra.searchpath="))]
+    sweeping = ["-m"] if sweep else []
+    again = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
+    return f"the episodes written so far are kept; resume with: {again}"

@@ -37,8 +37,8 @@ from harness.driver.preflight import (
     check_servers_answer,
     start_model_checks,
 )
-from harness.driver.resume import plan_resume
-from harness.driver.session import resume_hint, start_job_session
+from harness.driver.resume import plan_resume, resume_hint
+from harness.driver.session import start_job_session
 from harness.models.model_client import BUDGET_EXHAUSTED
 from harness.tables.reading import read_table
 from harness.tables.records import Episode, LLMCall, Manifest
@@ -74,9 +74,9 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     check_agents_build(specs)
     check_cache_writable(settings.cache)
     check_servers_answer(settings)
-    hint = hint or resume_hint(run_dir, resume_command)
     identity = identity or JobIdentity.of_hydra_job()
     with exclusive(run_dir), contextlib.ExitStack() as stack:
+        hint = hint or resume_hint(run_dir, resume_command)
         resume = plan_resume(specs, run_dir)
         specs = resume.specs
         on_warm_pool = settings.ray.address == "warm"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 import sys
 import threading
 import uuid
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from hydra.core.hydra_config import HydraConfig
 
 from harness import USER_SET, harness_env
 from harness.agent_run.components import models_in_use
@@ -103,26 +101,6 @@ def check_alive(servers: Sequence[LocalModelServer], resume_hint: str) -> None:
         if code is not None:
             raise RunAborted(f"the local model server died (exit code {code}; see {server.log_path}); "
                              f"{resume_hint}")
-
-
-def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False,
-                overrides: Sequence[str] | None = None) -> str:
-    """What to type to carry on: `command` when the entry point gave one (a snapshot evaluation),
-    else the same Hydra overrides (`overrides`: a sweep's, as typed; else the job's), into the same
-    run (or sweep) directory."""
-    if command is not None and not sweep:
-        return f"the episodes written so far are kept; resume with: {shlex.join(command)}"
-    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
-    if overrides is None:
-        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
-    overrides = [o for o in overrides if not o.startswith((f"{key}=", "ray.limits=", "progress="))]
-    # Where configs were found (a variant of one's own, an outside agent's): without it the
-    # resumed command could not compose the same config.
-    composing = HydraConfig.get().overrides.hydra if HydraConfig.initialized() else []
-    overrides = [*overrides, *(o for o in composing if o.startswith("hydra.searchpath="))]
-    sweeping = ["-m"] if sweep else []
-    again = shlex.join(["python", "-m", "harness", *sweeping, *overrides, f"{key}={directory}"])
-    return f"the episodes written so far are kept; resume with: {again}"
 
 
 def start_local_ray(**options: Any) -> Any:

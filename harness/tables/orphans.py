@@ -1,4 +1,6 @@
-"""Which episodes a run directory has finished, and the rows of those it has not, set aside.
+"""Which episodes (and agent runs) a run directory has finished, and the rows of those it has not, set
+aside. Each reads every part file of its table, so each is called once a crashed compaction's leftovers
+are gone (harness/tables/writer.py `recover`: a resume calls it first, a writer as it opens).
 
 An episode counts as done once its row is in the `episodes` table (the writer writes all of an
 episode's rows in one flush, episodes last, so a crash can leave rows of an unfinished episode in
@@ -19,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.files import replace_atomically
-from harness.tables.records import COMPRESSION, TABLES, Episode, InterruptedCall, LLMCall
+from harness.tables.records import COMPRESSION, TABLES, Episode, InterruptedCall, LLMCall, RunRow
 
 
 def finished_episodes(run_dir: Path, runs: Collection[str] | None = None) -> set[str]:
@@ -31,6 +33,12 @@ def finished_episodes(run_dir: Path, runs: Collection[str] | None = None) -> set
             rows = rows.filter(pc.is_in(rows["run_id"], pa.array(list(runs), pa.string())))
         finished.update(rows["episode_id"].to_pylist())
     return finished
+
+
+def described_runs(run_dir: Path) -> frozenset[str]:
+    """Agent runs the `runs` table describes: a run stopped before its first episode has its row."""
+    return frozenset(run_id for part in sorted((run_dir / RunRow.table).glob("*.parquet"))
+                     for run_id in pq.read_table(part, columns=["run_id"])["run_id"].to_pylist())
 
 
 def drop_orphans(run_dir: Path, finished: set[str], runs: Collection[str] | None = None) -> int:

@@ -854,7 +854,8 @@ class Manifest(BaseModel):
     dashboard_url: str | None = None
     agent_runs: list[AgentRunInfo]
     tables: dict[str, int] = {}
-    """Rows written per table."""
+    """Rows per table in the run directory when the manifest was last written: once the job has
+    ended, all of them (a resumed job's earlier rows included)."""
     env_setup_s: dict[str, list[float]] = {}
     """Seconds each worker spent building each environment (games, generators), apart from episodes."""
     startup_s: dict[str, float] = {}
