@@ -25,7 +25,7 @@ from harness.agent_api import Recorder
 from harness.agent_run.components import build_environment
 from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import RunOutcome, run_agent
-from harness.agent_run.spec import episode_ids
+from harness.agent_run.spec import CheckedParams, episode_ids
 from harness.config import HarnessConfig
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest, CallResult
@@ -130,7 +130,8 @@ def run_variant(*overrides: str, gateway_type: type[RecordingGateway] = Recordin
     gateway = gateway_type(Gateway([settings.model, settings.embedder], answer_key=answer_key,
                                    cache=settings.cache))
     sink = ListSink()
-    outcome = asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
+    params = CheckedParams.as_asked(settings.model)
+    outcome = asyncio.run(run_agent(spec, params, build_environment(spec.env_cfg), gateway, sink))
     return AgentRun(outcome, sink, gateway, workdir)
 
 
@@ -144,7 +145,8 @@ def replayed_run(overrides: list[str], finished: int) -> tuple[Path, list[dict[s
     answers = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
     gateway = Gateway([settings.model, settings.embedder], answer_key=answers, cache=settings.cache)
     sink = ListSink()
-    asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
+    asyncio.run(run_agent(spec, CheckedParams.as_asked(settings.model), build_environment(spec.env_cfg),
+                                   gateway, sink))
     [snapshot] = [s for s in sink.rows["snapshots"] if s["final"]]
     return workdir / snapshot["path"], sink.rows["episodes"]
 

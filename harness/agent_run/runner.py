@@ -38,7 +38,7 @@ from harness.agent_run.assembly import build_agent, build_judge, split_options
 from harness.agent_run.checks import EpisodeChecks
 from harness.agent_run.endpoint import RunEndpoint
 from harness.agent_run.snapshots import load_snapshot, save_snapshot
-from harness.agent_run.spec import AgentRunSpec, episode_id, probe_points
+from harness.agent_run.spec import AgentRunSpec, CheckedParams, episode_id, probe_points
 from harness.clock import utc_now
 from harness.errors import DiskFull, disk_full, is_disk_full, one_line
 from harness.models.model_client import (
@@ -179,19 +179,21 @@ def snapshot_points(spec: AgentRunSpec) -> set[int]:
     return {p for p in range(len(spec.tasks)) if every and (p + 1) % every == 0} | {len(spec.tasks) - 1}
 
 
-async def run_agent(spec: AgentRunSpec, env: Environment, gateway: GatewayLink,
+async def run_agent(spec: AgentRunSpec, params: CheckedParams, env: Environment, gateway: GatewayLink,
                     sink: RecordSink) -> RunOutcome:
-    function_calling = spec.function_calling
+    """Run one agent run to the end of its stream (or its budget), its model calls sent with the
+    job's checked `params`; its rows go to `sink`."""
+    function_calling = params.function_calling
     if function_calling is None:
         from harness.models.capabilities import supports_function_calling  # loaded already where runs run
 
         function_calling = supports_function_calling(spec.model)
-    llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=spec.model_params,
+    llm = AgentModelClient(gateway, model=spec.model, run_id=spec.run_id, default_params=params.params,
                            embedder=spec.embedder if spec.embeds else None,
                            model_endpoint=spec.model_endpoint, embedder_endpoint=spec.embedder_endpoint,
                            budget=spec.budget, cache=spec.cache,
                            transcripts=spec.transcripts, function_calling=function_calling,
-                           refused_params=spec.refused_params, mark_cache=spec.mark_cache,
+                           refused_params=params.refused, mark_cache=params.mark_cache,
                            cache_scope=f"repeat-{spec.repeat}" if spec.repeat else "")
     sink = RedactingSink(sink, Redactor.from_environment(spec.secret_env))
     recorder = Recorder()

@@ -1,14 +1,16 @@
-"""One agent run as the driver plans it and a pool worker runs it (`AgentRunSpec`), and the ids of
-the episodes it writes."""
+"""One agent run as the driver plans it and a pool worker runs it (`AgentRunSpec`), the ids of the
+episodes it writes, and how a job's model calls are sent once its model check has said
+(`CheckedParams`: one for all the job's runs, sent to the workers beside them)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from envs.base import Task
-from harness.config import BudgetSettings, CacheSettings
+from harness.config import BudgetSettings, CacheSettings, ModelSettings
 from harness.models.param_map import ParamMap
 from harness.training.learner import LearnerSpec
 
@@ -35,20 +37,8 @@ class AgentRunSpec(BaseModel):
     """Held-out tasks for variants that tune (OPRO), disjoint from every stream; may be empty."""
     model: str
     model_endpoint: str
-    """The model with its settings (harness.config.endpoint_key), as the gateway knows it."""
-    model_params: dict[str, Any]
-    """Sent with every call: what the config asks for until the model check (harness.driver.preflight)
-    says what the model takes."""
-    refused_params: tuple[str, ...] = ()
-    """Parameters the model refuses, never sent, also when an agent sets one per call."""
-    mark_cache: bool = False
-    """The system message carries the provider's cache marker (model.prompt_caching)."""
-    function_calling: bool | None = False
-    """The model takes tools natively; else they go through the JSON-in-text protocol. Null: as
-    litellm's model map says (the model check reads it; else the worker)."""
-    param_map: ParamMap | None = None
-    """What litellm sends of the model's parameters as given, from the model check: the worker sends
-    its calls on the lean path without litellm (harness/models/param_map.py)."""
+    """The model with its settings (harness.config.endpoint_key), as the gateway knows it. How its
+    calls are sent (parameters, tools) is the job's model check's: `CheckedParams`."""
     embedder: str
     embedder_endpoint: str
     embeds: bool = True
@@ -87,6 +77,35 @@ class AgentRunSpec(BaseModel):
     finished: list[str] = []
     """Episode ids already written by an earlier, interrupted run of this job (resume replays them
     without writing them again)."""
+
+
+@dataclass(frozen=True)
+class CheckedParams:
+    """The chat model's completion parameters as they will be sent, after the job's model check
+    (harness/driver/preflight.py); the same for every agent run of the job."""
+
+    params: dict[str, Any]
+    """Sent with every call (the manifest and the `runs` table record them)."""
+    refused: tuple[str, ...] = ()
+    """Parameters the model refuses: never sent, also when an agent sets one per call (a sampled
+    retry's temperature on a reasoning model, which takes only its own)."""
+    notes: tuple[str, ...] = ()
+    """What was not sent and why, to say once."""
+    mark_cache: bool = False
+    """Mark the system message as the prompt's cacheable start (model.prompt_caching=auto, on a
+    provider that caches only what is marked)."""
+    function_calling: bool | None = None
+    """Whether the model takes tools natively: the config's, else litellm's model map's (None: the
+    worker asks the map)."""
+    param_map: ParamMap | None = None
+    """For a model on the lean path (an `openai/` model behind a server): what litellm sends of its
+    parameters as given (harness/models/param_map.py), so that the worker need not import it."""
+
+    @classmethod
+    def as_asked(cls, model: ModelSettings) -> CheckedParams:
+        """The parameters as the config asks for them, unchecked: where one agent run is run without
+        a job (a test, a bench)."""
+        return cls(model.requested_params, function_calling=model.function_calling)
 
 
 def probe_points(spec: AgentRunSpec) -> set[int]:

@@ -28,9 +28,9 @@ from pydantic import BaseModel
 from envs.base import Environment
 from harness.agent_run.components import build_environment
 from harness.agent_run.runner import RunOutcome, run_agent
-from harness.agent_run.spec import AgentRunSpec, episode_ids
+from harness.agent_run.spec import AgentRunSpec, CheckedParams, episode_ids
 from harness.config import EndpointSettings, HarnessConfig
-from harness.driver.preflight import CheckedParams, check_models
+from harness.driver.preflight import check_models
 from harness.models.limits import SharedLimits
 from harness.models.minilm import MiniLMService
 
@@ -181,14 +181,15 @@ class AgentWorker:
         litellm is imported already and the calls will be sent from; the parameters to send."""
         return await asyncio.to_thread(check_models, settings)
 
-    async def run(self, job: str, specs: list[AgentRunSpec], models: list[EndpointSettings],
-                  answer_key: dict[str, str] | None) -> WorkerReport:
-        """Run these agent runs of `job` (its directory: where the hub writes its rows) to the end.
-        If one stops the job (its model is unavailable, its disk is full), the others are cancelled:
-        the job stops, and a resume runs their unfinished episodes again."""
+    async def run(self, job: str, specs: list[AgentRunSpec], params: CheckedParams,
+                  models: list[EndpointSettings], answer_key: dict[str, str] | None) -> WorkerReport:
+        """Run these agent runs of `job` (its directory: where the hub writes its rows) to the end,
+        their model calls sent with the job's checked `params`. If one stops the job (its model is
+        unavailable, its disk is full), the others are cancelled: the job stops, and a resume runs
+        their unfinished episodes again."""
         await self._connect()
-        self.gateway.register(models, answer_key=answer_key,
-                              param_maps={s.param_map.model: s.param_map for s in specs if s.param_map})
+        maps = {params.param_map.model: params.param_map} if params.param_map else {}
+        self.gateway.register(models, answer_key=answer_key, param_maps=maps)
         if _restarted():
             # Ray restarted this worker after its process died and retries this call: carry on
             # from what the writer has, as a resume would (replay finished episodes, run the rest).
@@ -201,8 +202,8 @@ class AgentWorker:
         sink = JobSink(self.sink, job)
         cancelled = False
         try:
-            outcomes = await _all_or_none([
-                run_agent(spec, self._environment(spec.env_cfg), self.gateway, sink) for spec in specs])
+            outcomes = await _all_or_none([run_agent(spec, params, self._environment(spec.env_cfg),
+                                                     self.gateway, sink) for spec in specs])
         except asyncio.CancelledError:
             cancelled = True
             raise

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from harness.agent_run.components import models_in_use
 from harness.agent_run.runner import RunOutcome
-from harness.agent_run.spec import AgentRunSpec, expected_episodes
+from harness.agent_run.spec import AgentRunSpec, CheckedParams, expected_episodes
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport
@@ -60,10 +60,10 @@ class JobWriter:
         return self.hub.figures.remote(self.key)
 
 
-def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, session: JobSession,
-            identity: JobIdentity, described_runs: Collection[str] = ()) -> Executed:
-    """Run the agent runs not already finished (a resume's) into `run_dir`; `described_runs` already
-    have their `runs` row (harness/driver/resume.py)."""
+def execute(settings: HarnessConfig, specs: list[AgentRunSpec], params: CheckedParams, run_dir: Path,
+            session: JobSession, identity: JobIdentity, described_runs: Collection[str] = ()) -> Executed:
+    """Run the agent runs not already finished (a resume's) into `run_dir`, their calls sent with the
+    model check's `params`; `described_runs` already have their `runs` row (harness/driver/resume.py)."""
     specs = [s for s in specs if len(s.finished) < expected_episodes(s)]
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))
@@ -73,10 +73,10 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, s
     if not specs:  # a resume with nothing left to run: its tables are left as a finished job's are
         _vital("the writer actor", writer.hub.close.remote(writer.key), session, timeout=CLOSE_WAIT_S)
         return Executed()
-    pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, described_runs, identity))
+    pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, params, described_runs, identity))
     models = models_in_use(settings)
     assignments = pool.assign(specs)
-    refs = [pool.workers[index].run.remote(writer.key, batch, models, session.answer_key)
+    refs = [pool.workers[index].run.remote(writer.key, batch, params, models, session.answer_key)
             for index, batch in assignments]
     try:
         reports = _run_workers(settings, specs, run_dir, session, writer, refs, identity.number)
@@ -192,14 +192,14 @@ def job_labels(sweep: str, job_number: int | None, specs: Sequence[AgentRunSpec]
                      planned={s.run_id: expected_episodes(s) - len(s.finished) for s in specs})
 
 
-def _run_rows(specs: list[AgentRunSpec], described_runs: Collection[str],
+def _run_rows(specs: list[AgentRunSpec], params: CheckedParams, described_runs: Collection[str],
               identity: JobIdentity) -> list[dict[str, Any]]:
     """A `runs` row for each agent run not already described there (a resume adds none)."""
     return [RunRow(run_id=s.run_id, variant=s.variant, env=s.env, seed=s.seed, order_seed=s.order_seed,
                    repeat=s.repeat, scenario=s.scenario, feedback=s.feedback, model=s.model,
                    job=identity.number,
                    overrides=" ".join(identity.overrides),
-                   model_params=json.dumps(s.model_params, sort_keys=True, default=str),
+                   model_params=json.dumps(params.params, sort_keys=True, default=str),
                    settings=json.dumps(s.settings, sort_keys=True),
                    started_at=utc_now()).model_dump()
             for s in specs if s.run_id not in described_runs]

@@ -27,12 +27,11 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from harness.agent_run.spec import AgentRunSpec
+from harness.agent_run.spec import AgentRunSpec, CheckedParams
 from harness.config import EndpointSettings, HarnessConfig, ModelSettings, RaySettings
 from harness.driver import signals
 from harness.driver.actors import AgentWorker
 from harness.driver.hub import WriterHub
-from harness.driver.preflight import CheckedParams
 from harness.errors import root_cause
 from harness.models.limits import ModelLimits
 from harness.models.minilm import MINILM_PREFIX, MiniLMService

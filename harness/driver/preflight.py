@@ -17,14 +17,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pydantic import TypeAdapter
 
 from harness.agent_run.runner import build_agent
-from harness.agent_run.spec import AgentRunSpec
+from harness.agent_run.spec import AgentRunSpec, CheckedParams
 from harness.config import CacheSettings, ConfigError, EndpointSettings, HarnessConfig, ModelSettings
 from harness.errors import one_line
 from harness.files import write_text_atomically
@@ -34,27 +33,6 @@ from harness.redact import SECRET_NAME, Redactor
 
 SAMPLING_PROBE = {"temperature": 0.7, "seed": 1}
 """Parameters agents set per call (agents/base.py `sampling`), checked as the config's are."""
-
-
-@dataclass(frozen=True)
-class CheckedParams:
-    """The chat model's completion parameters as they will be sent, after the model check."""
-
-    params: dict[str, Any]
-    """Sent with every call (the manifest and the `runs` table record them)."""
-    refused: tuple[str, ...] = ()
-    """Parameters the model refuses: never sent, also when an agent sets one per call (a sampled
-    retry's temperature on a reasoning model, which takes only its own)."""
-    notes: tuple[str, ...] = ()
-    """What was not sent and why, to say once."""
-    mark_cache: bool = False
-    """Mark the system message as the prompt's cacheable start (model.prompt_caching=auto, on a
-    provider that caches only what is marked)."""
-    function_calling: bool | None = None
-    """Whether the model takes tools natively: the config's, else litellm's model map's."""
-    param_map: ParamMap | None = None
-    """For a model on the lean path (an `openai/` model behind a server): what litellm sends of its
-    parameters as given (harness/models/param_map.py)."""
 
 
 def check_models(settings: HarnessConfig) -> CheckedParams:

@@ -90,15 +90,12 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         checked = checks.result() if checks is not None else session.pool.check_models(settings)
         startup.mark("checked")
         _say_once(checked.notes)
-        specs = [s.model_copy(update={"model_params": checked.params, "refused_params": checked.refused,
-                                      "mark_cache": checked.mark_cache, "param_map": checked.param_map,
-                                      "function_calling": checked.function_calling}) for s in specs]
         manifest = start_manifest(settings, specs, resume.resumes, resolved_config)
         manifest.ray_address, manifest.dashboard_url = session.pool.ray_address, session.pool.dashboard_url
         manifest.startup_s = startup.seconds()
-        manifest.model_params = specs[0].model_params if specs else None
+        manifest.model_params = checked.params if specs else None
         with recorded(manifest, run_dir, hint):
-            executed = execute(settings, specs, run_dir, session, identity, resume.described_runs)
+            executed = execute(settings, specs, checked, run_dir, session, identity, resume.described_runs)
             record_outcomes(manifest, executed.outcomes, executed.env_setup_s)
     return RunResult(run_dir, manifest, executed.outcomes)
 

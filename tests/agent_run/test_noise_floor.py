@@ -13,6 +13,7 @@ from harness.agent_run.assembly import build_agent
 from harness.agent_run.components import build_environment
 from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import run_agent
+from harness.agent_run.spec import CheckedParams
 from harness.config import CacheSettings
 from harness.models.gateway import Gateway
 from harness.models.model_client import AgentModelClient
@@ -52,7 +53,8 @@ def test_a_repeat_is_never_answered_from_another_repeats_cache():
         sink = ListSink()
         gateway = Gateway([settings.model, settings.embedder], answer_key=answer_key,
                           cache=CacheSettings.model_validate(settings.cache.model_dump()))
-        asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
+        asyncio.run(run_agent(spec, CheckedParams.as_asked(settings.model), build_environment(spec.env_cfg),
+                              gateway, sink))
         return [c["cached"] for c in sink.rows["llm_calls"]]
 
     assert not any(cached_calls(specs[0]))  # fills the cache

@@ -47,11 +47,10 @@ def run_checked(settings: HarnessConfig, workdir: Path) -> tuple[list[dict], lis
     """One agent run as a job runs it: the model check's parameters into the plan, then the run;
     its llm_calls and episodes rows."""
     checked = check_models(settings)
-    spec = build_plan(settings, workdir)[0].model_copy(update={
-        "model_params": checked.params, "refused_params": checked.refused, "mark_cache": checked.mark_cache})
+    spec = build_plan(settings, workdir)[0]
     sink = ListSink()
     gateway = Gateway([settings.model, settings.embedder], cache=settings.cache)
-    asyncio.run(run_agent(spec, build_environment(spec.env_cfg), gateway, sink))
+    asyncio.run(run_agent(spec, checked, build_environment(spec.env_cfg), gateway, sink))
     return sink.rows["llm_calls"], sink.rows["episodes"]
 
 

@@ -32,7 +32,8 @@ def write_job(job_dir: Path, *overrides: str, job: int | None = 0, cached: bool 
     """A job directory as the harness writes it (no Ray): the rows of one in-process scripted agent
     run, its `runs` row (as harness/driver/execute.py makes it) and a manifest."""
     run = run_variant(*overrides)
-    spec = build_plan(scripted_settings(*overrides), job_dir)[0]
+    settings = scripted_settings(*overrides)
+    spec = build_plan(settings, job_dir)[0]
     assert spec.run_id == run.rows["episodes"][0]["run_id"]
     writer = TableWriter(job_dir, flush_interval_s=0)
     for table, rows in run.rows.items():
@@ -42,7 +43,7 @@ def write_job(job_dir: Path, *overrides: str, job: int | None = 0, cached: bool 
     writer.append(RunRow.table, [RunRow(
         run_id=spec.run_id, variant=spec.variant, env=spec.env, seed=spec.seed, order_seed=spec.order_seed,
         scenario=spec.scenario, model=spec.model, job=job, overrides=" ".join(overrides),
-        model_params=json.dumps(spec.model_params, sort_keys=True),
+        model_params=json.dumps(settings.model.requested_params, sort_keys=True),
         settings=json.dumps(spec.settings, sort_keys=True), started_at=dt.datetime.now(dt.UTC)).model_dump()])
     writer.close()
     (job_dir / "manifest.json").write_text(json.dumps(

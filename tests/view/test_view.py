@@ -64,14 +64,15 @@ class Sweep:
 def write_job(job_dir: Path, overrides: tuple[str, ...], job: int, rows: dict[str, list[dict[str, Any]]],
               status: str = "finished", close: bool = True) -> TableWriter:
     """A job directory as the harness leaves it: the tables, the runs row and manifest.json."""
-    spec = build_plan(scripted_settings(*overrides), job_dir)[0]
+    settings = scripted_settings(*overrides)
+    spec = build_plan(settings, job_dir)[0]
     writer = TableWriter(job_dir, flush_interval_s=0)
     for table, table_rows in rows.items():
         writer.append(table, table_rows)
     writer.append(RunRow.table, [RunRow(
         run_id=spec.run_id, variant=spec.variant, env=spec.env, seed=spec.seed, order_seed=spec.order_seed,
         scenario=spec.scenario, model=spec.model, job=job, overrides=" ".join(overrides),
-        model_params=json.dumps(spec.model_params, sort_keys=True),
+        model_params=json.dumps(settings.model.requested_params, sort_keys=True),
         settings=json.dumps(spec.settings, sort_keys=True), started_at=dt.datetime.now(dt.UTC)).model_dump()])
     writer.flush()
     if close:
