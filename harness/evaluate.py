@@ -29,11 +29,10 @@ from omegaconf import OmegaConf
 
 from envs.base import Task
 from harness import extras
-from harness.agent_run.components import env_families
 from harness.agent_run.plan import build_plan
 from harness.agent_run.spec import AgentRunSpec
-from harness.agent_run.streams import sample_tasks
-from harness.agent_run.tasks import resolve_defaults, task_pool
+from harness.agent_run.streams import sample_tasks, show_for_seed
+from harness.agent_run.tasks import env_families, resolve_defaults, task_pool
 from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
 from harness.errors import one_line
 from harness.exit_codes import EXPECTED_ERRORS, exit_for
@@ -160,8 +159,8 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
                                   "such as 10,20") from None
             mine = mine.filter(pl.col("position").is_in(sorted(wanted)))
         own = {t.task_id for t in source.tasks} | {t.task_id for t in source.tuning_tasks}
-        held_out = planned.for_seed(draw([t for t in planned.evaluation if t.task_id not in own], count,
-                                         source.seed), source.seed)
+        unseen = [t for t in planned.evaluation if t.task_id not in own]
+        held_out = show_for_seed(planned.env, draw(unseen, count, source.seed), source.seed)
         for snapshot in mine.unique("position").sort("position").iter_rows(named=True):
             position = snapshot["position"]
             for view in views:
@@ -174,8 +173,8 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
                     tasks = [t for t in earlier if id(t) in keep]
                 else:
                     assert ood_component is not None and ood_tasks is not None
-                    tasks = ood_tasks.for_seed(draw([t for t in ood_tasks.evaluation if t.task_id not in own],
-                                                    count, source.seed), source.seed)
+                    unseen = [t for t in ood_tasks.evaluation if t.task_id not in own]
+                    tasks = show_for_seed(ood_tasks.env, draw(unseen, count, source.seed), source.seed)
                     update = {"env": ood_component.name, "env_cfg": ood_cfg}
                 if not tasks:
                     raise ConfigError(f"invalid --views: {view}: no tasks left for {source.run_id} at "

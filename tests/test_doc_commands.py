@@ -74,7 +74,6 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-import harness.agent_run.components as components
 import harness.agent_run.plan as plan
 import harness.agent_run.tasks as tasks
 from harness.bench.cli import MEASUREMENTS
@@ -451,7 +450,7 @@ def evaluate_problem(words: list[str]) -> str | None:
             if wrong:
                 return f"--views: no view {sorted(wrong)[0]} (views: {', '.join(VIEWS)})"
         for ood in values["--ood"]:
-            env = components.env_families(ood_env(settings, ood), settings.stream.scenario)
+            env = tasks.env_families(ood_env(settings, ood), settings.stream.scenario)
             with tasks_built_once():
                 tasks.task_pool(env.instantiable(), 0)
         for change in values["--set"]:

@@ -219,7 +219,8 @@ class TransformersBackend:
 
 def trainer_for(learner: LearnerSpec, llm: AgentModelClient, recorder: Recorder, run_id: str, run_dir: Path,
                 seed: int) -> RunTrainer:
-    """The trainer of a learner run, on the backend its model takes (harness/agent_run/plan.py)."""
+    """The trainer of a learner run, on the backend its model takes (decided by `learner_spec`:
+    harness/training/learner.py)."""
     backend: Backend = (ScriptedBackend(learner.parameters) if learner.backend == "scripted"
                         else TransformersBackend(learner.gguf, seed, run_id))
     return RunTrainer(backend, llm, recorder, run_id, run_dir, learner.base, seed, learner.train_price)
