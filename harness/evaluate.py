@@ -182,7 +182,7 @@ def _evaluations(settings: HarnessConfig, run_dir: Path, out: Path, views: list[
                 specs.append(source.model_copy(update={
                     "run_id": f"{source.run_id}.at{position}.{view}", "tasks": tasks, "frozen": True,
                     "view": view, "start_from": str(run_dir / snapshot["path"]), "snapshot_of": source.run_id,
-                    "snapshot_position": position, "probe_every": 0, "finished": [], "workdir": str(out),
+                    "snapshot_position": position, "probe_every": 0, "workdir": str(out),
                     **update}))
     return specs
 

@@ -141,12 +141,11 @@ def replayed_run(overrides: list[str], finished: int) -> tuple[Path, list[dict[s
     settings = scripted_settings(*overrides, "stream.num_tasks=8", "model.scripted.accuracy=0.5")
     workdir = Path(tempfile.mkdtemp(prefix="harness-replay-"))
     spec = build_plan(settings, workdir)[0]
-    spec = spec.model_copy(update={"finished": episode_ids(spec)[:finished]})
     answers = {t.question: t.answer for t in [*spec.tasks, *spec.tuning_tasks]}
     gateway = Gateway([settings.model, settings.embedder], answer_key=answers, cache=settings.cache)
     sink = ListSink()
     asyncio.run(run_agent(spec, CheckedParams.as_asked(settings.model), build_environment(spec.env_cfg),
-                                   gateway, sink))
+                          gateway, sink, episode_ids(spec)[:finished]))
     [snapshot] = [s for s in sink.rows["snapshots"] if s["final"]]
     return workdir / snapshot["path"], sink.rows["episodes"]
 

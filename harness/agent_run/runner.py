@@ -15,7 +15,7 @@ import datetime as dt
 import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -180,9 +180,10 @@ def snapshot_points(spec: AgentRunSpec) -> set[int]:
 
 
 async def run_agent(spec: AgentRunSpec, params: CheckedParams, env: Environment, gateway: GatewayLink,
-                    sink: RecordSink) -> RunOutcome:
+                    sink: RecordSink, finished: Collection[str] = ()) -> RunOutcome:
     """Run one agent run to the end of its stream (or its budget), its model calls sent with the
-    job's checked `params`; its rows go to `sink`."""
+    job's checked `params`; its rows go to `sink`, but for the episodes an earlier run of the job
+    `finished`, which are replayed to rebuild the agent's state and not written again."""
     function_calling = params.function_calling
     if function_calling is None:
         from harness.models.capabilities import supports_function_calling  # loaded already where runs run
@@ -199,7 +200,7 @@ async def run_agent(spec: AgentRunSpec, params: CheckedParams, env: Environment,
     recorder = Recorder()
     options = split_options(spec.variant_cfg)[1]
     judge = build_judge(options, llm)  # one per run: it scores the trials and serves the agent
-    episodes = EpisodeRunner(spec, env, llm, sink, recorder, judge, options.reward_source)
+    episodes = EpisodeRunner(spec, env, llm, sink, recorder, judge, options.reward_source, set(finished))
     endpoint = RunEndpoint(llm, spec.secret_env)  # served only if an outside agent asks for it
     trainer = trainer_for(spec.learner, llm, recorder, spec.run_id, Path(spec.workdir), spec.seed) \
         if spec.learner is not None else None
@@ -255,13 +256,10 @@ class EpisodeRunner:
     recorder: Recorder
     judge: Judge | None = None
     reward_source: str = "truth"
-    finished: set[str] = field(init=False)
+    finished: set[str] = field(default_factory=set)
     """Episodes a resumed run finished before: replayed, not written again."""
     stopped_by: str | None = field(default=None, init=False)
     """Set when the gateway refused a call because the run's budget was spent."""
-
-    def __post_init__(self) -> None:
-        self.finished = set(self.spec.finished)
 
     def not_attempted(self, agent: Agent, tasks: list[Task], first_position: int, reason: str) -> None:
         """Rows for the tasks the run will not start, so the table says which and why."""

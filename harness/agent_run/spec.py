@@ -1,9 +1,11 @@
 """One agent run as the driver plans it and a pool worker runs it (`AgentRunSpec`), the ids of the
 episodes it writes, and how a job's model calls are sent once its model check has said
-(`CheckedParams`: one for all the job's runs, sent to the workers beside them)."""
+(`CheckedParams`: one for all the job's runs). A spec is planned once and never copied: what later
+stages learn (the check's parameters, a resume's finished episodes) goes to the workers beside it."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,9 +76,6 @@ class AgentRunSpec(BaseModel):
     """stream.feedback: with `answer`, an agent's Feedback reveals the task's reference answer."""
     learner: LearnerSpec | None = None
     """For an agent that learns in its weights: how they are trained and served; None otherwise."""
-    finished: list[str] = []
-    """Episode ids already written by an earlier, interrupted run of this job (resume replays them
-    without writing them again)."""
 
 
 @dataclass(frozen=True)
@@ -131,3 +130,9 @@ def episode_ids(spec: AgentRunSpec) -> list[str]:
 
 def expected_episodes(spec: AgentRunSpec) -> int:
     return len(episode_ids(spec))
+
+
+def episodes_left(spec: AgentRunSpec, finished: Mapping[str, Collection[str]]) -> int:
+    """Episodes the run has still to write, `finished` holding those an earlier run of the job wrote
+    (per run id: harness/driver/resume.py)."""
+    return expected_episodes(spec) - len(finished.get(spec.run_id, ()))

@@ -182,20 +182,21 @@ class AgentWorker:
         return await asyncio.to_thread(check_models, settings)
 
     async def run(self, job: str, specs: list[AgentRunSpec], params: CheckedParams,
-                  models: list[EndpointSettings], answer_key: dict[str, str] | None) -> WorkerReport:
+                  finished: dict[str, list[str]], models: list[EndpointSettings],
+                  answer_key: dict[str, str] | None) -> WorkerReport:
         """Run these agent runs of `job` (its directory: where the hub writes its rows) to the end,
-        their model calls sent with the job's checked `params`. If one stops the job (its model is
-        unavailable, its disk is full), the others are cancelled: the job stops, and a resume runs
-        their unfinished episodes again."""
+        their model calls sent with the job's checked `params`, the episodes a resume found
+        `finished` replayed without being written. If one stops the job (its model is unavailable,
+        its disk is full), the others are cancelled: the job stops, and a resume runs their
+        unfinished episodes again."""
         await self._connect()
         maps = {params.param_map.model: params.param_map} if params.param_map else {}
         self.gateway.register(models, answer_key=answer_key, param_maps=maps)
         if _restarted():
             # Ray restarted this worker after its process died and retries this call: carry on
             # from what the writer has, as a resume would (replay finished episodes, run the rest).
-            finished = set(await self.hub.restart_runs.remote(job, [s.run_id for s in specs]))
-            specs = [s.model_copy(update={"finished": sorted(finished & set(episode_ids(s)))})
-                     for s in specs]
+            written = set(await self.hub.restart_runs.remote(job, [s.run_id for s in specs]))
+            finished = {s.run_id: sorted(written & set(episode_ids(s))) for s in specs}
         async with self._setting_up:  # another job's set-up may be building the same environment
             setup_s = await asyncio.to_thread(self.setup, specs)
             _settle_the_heap()
@@ -203,7 +204,8 @@ class AgentWorker:
         cancelled = False
         try:
             outcomes = await _all_or_none([run_agent(spec, params, self._environment(spec.env_cfg),
-                                                     self.gateway, sink) for spec in specs])
+                                                     self.gateway, sink, finished.get(spec.run_id, ()))
+                                           for spec in specs])
         except asyncio.CancelledError:
             cancelled = True
             raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +23,13 @@ from tqdm import tqdm
 
 from harness.agent_run.components import models_in_use
 from harness.agent_run.runner import RunOutcome
-from harness.agent_run.spec import AgentRunSpec, CheckedParams, expected_episodes
+from harness.agent_run.spec import AgentRunSpec, CheckedParams, episodes_left
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport
 from harness.driver.metrics import JobLabels
 from harness.driver.progress import JobFigures, progress_actor_name
+from harness.driver.resume import ResumePlan
 from harness.driver.session import JobSession, check_alive
 from harness.errors import RunAborted, disk_full, is_disk_full, one_line, root_cause
 from harness.models.model_client import GatewayUnavailable, ModelUnavailable
@@ -60,26 +61,30 @@ class JobWriter:
         return self.hub.figures.remote(self.key)
 
 
-def execute(settings: HarnessConfig, specs: list[AgentRunSpec], params: CheckedParams, run_dir: Path,
-            session: JobSession, identity: JobIdentity, described_runs: Collection[str] = ()) -> Executed:
-    """Run the agent runs not already finished (a resume's) into `run_dir`, their calls sent with the
-    model check's `params`; `described_runs` already have their `runs` row (harness/driver/resume.py)."""
-    specs = [s for s in specs if len(s.finished) < expected_episodes(s)]
+def execute(settings: HarnessConfig, specs: list[AgentRunSpec], params: CheckedParams, resume: ResumePlan,
+            run_dir: Path, session: JobSession, identity: JobIdentity) -> Executed:
+    """Run the agent runs not already finished into `run_dir`, their calls sent with the model check's
+    `params`; a `resume`'s finished episodes are replayed, not written, and the runs its `runs` table
+    describes get no second row (harness/driver/resume.py)."""
+    specs = [s for s in specs if episodes_left(s, resume.finished)]
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))
     # The hub tags the job's rows in the pool's Ray metrics with these (harness/driver/metrics.py).
-    labels = job_labels(pool.limits_name, identity.number, specs) if specs else None
-    ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels))
+    labels = job_labels(pool.limits_name, identity.number, specs, resume.finished)
+    ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels if specs else None))
     if not specs:  # a resume with nothing left to run: its tables are left as a finished job's are
         _vital("the writer actor", writer.hub.close.remote(writer.key), session, timeout=CLOSE_WAIT_S)
         return Executed()
-    pool.hub.append.remote(writer.key, RunRow.table, _run_rows(specs, params, described_runs, identity))
+    rows = _run_rows(specs, params, resume.described_runs, identity)
+    pool.hub.append.remote(writer.key, RunRow.table, rows)
     models = models_in_use(settings)
     assignments = pool.assign(specs)
-    refs = [pool.workers[index].run.remote(writer.key, batch, params, models, session.answer_key)
+    finished = resume.finished
+    refs = [pool.workers[index].run.remote(writer.key, batch, params, finished, models, session.answer_key)
             for index, batch in assignments]
     try:
-        reports = _run_workers(settings, specs, run_dir, session, writer, refs, identity.number)
+        reports = _run_workers(settings, specs, run_dir, session, writer, refs, identity.number,
+                               sum(labels.planned.values()))
     finally:
         pool.release(assignments)
     env_setup_s: dict[str, list[float]] = {}
@@ -90,10 +95,10 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], params: CheckedP
 
 
 def _run_workers(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path, session: JobSession,
-                 writer: JobWriter, refs: list[ray.ObjectRef], job: int | None) -> list[WorkerReport]:
-    """The job's agent runs on their workers, watched until all are done; however that ends, the
-    runs still going are cancelled and the writer closed (what reached it flushed)."""
-    total = sum(expected_episodes(s) - len(s.finished) for s in specs)
+                 writer: JobWriter, refs: list[ray.ObjectRef], job: int | None,
+                 total: int) -> list[WorkerReport]:
+    """The job's agent runs on their workers, watched until all `total` episodes left are done; however
+    that ends, the runs still going are cancelled and the writer closed (what reached it flushed)."""
     progress = _ProgressReport(settings, specs, run_dir, job, total)
     try:
         _watch(settings, refs, session, writer, progress, total)
@@ -184,12 +189,13 @@ class JobIdentity:
         return cls(int(hydra_cfg.job.num) if hydra_cfg.mode == RunMode.MULTIRUN else None, overrides)
 
 
-def job_labels(sweep: str, job_number: int | None, specs: Sequence[AgentRunSpec]) -> JobLabels:
+def job_labels(sweep: str, job_number: int | None, specs: Sequence[AgentRunSpec],
+               finished: Mapping[str, Collection[str]]) -> JobLabels:
     """The labels of a job (number None: a single run) about to run these agent runs, for the hub's
     metrics (harness/driver/metrics.py, which the hub imports without the specs' modules)."""
     return JobLabels(sweep=sweep, sweep_job=str(job_number or 0),
                      runs={s.run_id: (s.variant, str(s.seed), s.model) for s in specs},
-                     planned={s.run_id: expected_episodes(s) - len(s.finished) for s in specs})
+                     planned={s.run_id: episodes_left(s, finished) for s in specs})
 
 
 def _run_rows(specs: list[AgentRunSpec], params: CheckedParams, described_runs: Collection[str],

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 
-from harness.agent_run.spec import AgentRunSpec, episode_ids, expected_episodes
+from harness.agent_run.spec import AgentRunSpec, episode_ids, episodes_left
 from harness.config import ConfigError
 from harness.tables.orphans import described_runs, drop_orphans, finished_episodes
 from harness.tables.writer import recover
@@ -28,8 +28,8 @@ from harness.tables.writer import recover
 
 @dataclass(frozen=True)
 class ResumePlan:
-    specs: list[AgentRunSpec]
-    """The job's agent runs, each with the episodes already written (`finished`)."""
+    finished: dict[str, list[str]] = field(default_factory=dict)
+    """Per agent run, the episodes an earlier run of the job already wrote: replayed, not written again."""
     resumes: int = 0
     """How many times the directory has now been resumed (0: a fresh directory)."""
     described_runs: frozenset[str] = field(default_factory=frozenset)
@@ -49,15 +49,16 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
     # Also with nothing finished or dropped: a run stopped before its first episode has its runs rows.
     described = described_runs(run_dir)
     if not finished and not dropped:
-        return ResumePlan(specs, described_runs=described)
-    specs = [s.model_copy(update={"finished": sorted(set(planned[s.run_id]) & finished)}) for s in specs]
-    written = sum(len(s.finished) for s in specs)
-    left = sum(expected_episodes(s) - len(s.finished) for s in specs)
+        return ResumePlan(described_runs=described)
+    written_by_run = {run_id: sorted(set(ids) & finished) for run_id, ids in planned.items()
+                      if set(ids) & finished}
+    written = sum(len(ids) for ids in written_by_run.values())
+    left = sum(episodes_left(s, written_by_run) for s in specs)
     print(f"resuming in {run_dir}: {written} episodes already written, {left} to go"
           + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
     previous = run_dir / "manifest.json"
     resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
-    return ResumePlan(specs, resumes, described)
+    return ResumePlan(written_by_run, resumes, described)
 
 
 def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False,

@@ -78,7 +78,6 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
     with exclusive(run_dir), contextlib.ExitStack() as stack:
         hint = hint or resume_hint(run_dir, resume_command)
         resume = plan_resume(specs, run_dir)
-        specs = resume.specs
         on_warm_pool = settings.ray.address == "warm"
         checks = None if on_warm_pool else start_model_checks(settings)
         try:
@@ -95,7 +94,7 @@ def run_specs(settings: HarnessConfig, specs: list[AgentRunSpec], run_dir: Path,
         manifest.startup_s = startup.seconds()
         manifest.model_params = checked.params if specs else None
         with recorded(manifest, run_dir, hint):
-            executed = execute(settings, specs, checked, run_dir, session, identity, resume.described_runs)
+            executed = execute(settings, specs, checked, resume, run_dir, session, identity)
             record_outcomes(manifest, executed.outcomes, executed.env_setup_s)
     return RunResult(run_dir, manifest, executed.outcomes)
 

@@ -139,7 +139,7 @@ def test_a_run_stopped_before_its_first_episode_was_written_leaves_no_calls_to_r
     writer.close()
     specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
     resume = plan_resume(specs, tmp_path)
-    assert resume.resumes == 1 and all(not spec.finished for spec in resume.specs)
+    assert resume.resumes == 1 and not resume.finished
     assert not list((tmp_path / "llm_calls").glob("*.parquet"))
     interrupted = pl.read_parquet(tmp_path / "interrupted_calls" / "*.parquet")
     assert sorted(interrupted["call_id"]) == sorted(row["call_id"] for row in run.rows["llm_calls"])
@@ -152,7 +152,7 @@ def test_a_fresh_directory_is_no_resume(tmp_path):
 
     specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
     resume = plan_resume(specs, tmp_path)
-    assert (resume.specs, resume.resumes, resume.described_runs) == (specs, 0, frozenset())
+    assert (resume.finished, resume.resumes, resume.described_runs) == ({}, 0, frozenset())
 
 
 
