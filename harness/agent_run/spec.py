@@ -5,7 +5,6 @@ stages learn (the check's parameters, a resume's finished episodes) goes to the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -131,8 +130,3 @@ def episode_ids(spec: AgentRunSpec) -> list[str]:
 def expected_episodes(spec: AgentRunSpec) -> int:
     return len(episode_ids(spec))
 
-
-def episodes_left(spec: AgentRunSpec, finished: Mapping[str, Collection[str]]) -> int:
-    """Episodes the run has still to write, `finished` holding those an earlier run of the job wrote
-    (per run id: harness/driver/resume.py)."""
-    return expected_episodes(spec) - len(finished.get(spec.run_id, ()))

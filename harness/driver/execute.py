@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from harness.agent_run.components import models_in_use
 from harness.agent_run.runner import RunOutcome
-from harness.agent_run.spec import AgentRunSpec, CheckedParams, episodes_left
+from harness.agent_run.spec import AgentRunSpec, CheckedParams
 from harness.clock import utc_now
 from harness.config import HarnessConfig
 from harness.driver.actors import WorkerReport
@@ -66,11 +66,11 @@ def execute(settings: HarnessConfig, specs: list[AgentRunSpec], params: CheckedP
     """Run the agent runs not already finished into `run_dir`, their calls sent with the model check's
     `params`; a `resume`'s finished episodes are replayed, not written, and the runs its `runs` table
     describes get no second row (harness/driver/resume.py)."""
-    specs = [s for s in specs if episodes_left(s, resume.finished)]
+    specs = [s for s in specs if resume.left[s.run_id]]
     pool = session.pool
     writer = JobWriter(pool.hub, str(run_dir))
     # The hub tags the job's rows in the pool's Ray metrics with these (harness/driver/metrics.py).
-    labels = job_labels(pool.limits_name, identity.number, specs, resume.finished)
+    labels = job_labels(pool.limits_name, identity.number, specs, resume.left)
     ray.get(pool.hub.open.remote(writer.key, settings.output.flush_interval_s, labels if specs else None))
     if not specs:  # a resume with nothing left to run: its tables are left as a finished job's are
         _vital("the writer actor", writer.hub.close.remote(writer.key), session, timeout=CLOSE_WAIT_S)
@@ -190,12 +190,13 @@ class JobIdentity:
 
 
 def job_labels(sweep: str, job_number: int | None, specs: Sequence[AgentRunSpec],
-               finished: Mapping[str, Collection[str]]) -> JobLabels:
-    """The labels of a job (number None: a single run) about to run these agent runs, for the hub's
-    metrics (harness/driver/metrics.py, which the hub imports without the specs' modules)."""
+               left: Mapping[str, int]) -> JobLabels:
+    """The labels of a job (number None: a single run) about to run these agent runs, with the episodes
+    each has `left` to write, for the hub's metrics (harness/driver/metrics.py, which the hub imports
+    without the specs' modules)."""
     return JobLabels(sweep=sweep, sweep_job=str(job_number or 0),
                      runs={s.run_id: (s.variant, str(s.seed), s.model) for s in specs},
-                     planned={s.run_id: episodes_left(s, finished) for s in specs})
+                     planned={s.run_id: left[s.run_id] for s in specs})
 
 
 def _run_rows(specs: list[AgentRunSpec], params: CheckedParams, described_runs: Collection[str],

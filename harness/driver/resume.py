@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 
-from harness.agent_run.spec import AgentRunSpec, episode_ids, episodes_left
+from harness.agent_run.spec import AgentRunSpec, episode_ids
 from harness.config import ConfigError
 from harness.tables.orphans import described_runs, drop_orphans, finished_episodes
 from harness.tables.writer import recover
@@ -28,6 +28,8 @@ from harness.tables.writer import recover
 
 @dataclass(frozen=True)
 class ResumePlan:
+    left: dict[str, int]
+    """Per agent run, the episodes it has still to write (all of them in a fresh directory)."""
     finished: dict[str, list[str]] = field(default_factory=dict)
     """Per agent run, the episodes an earlier run of the job already wrote: replayed, not written again."""
     resumes: int = 0
@@ -48,17 +50,16 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
     dropped = drop_orphans(run_dir, finished)
     # Also with nothing finished or dropped: a run stopped before its first episode has its runs rows.
     described = described_runs(run_dir)
+    written = {run_id: sorted(set(ids) & finished) for run_id, ids in planned.items() if set(ids) & finished}
+    left = {run_id: len(ids) - len(written.get(run_id, ())) for run_id, ids in planned.items()}
     if not finished and not dropped:
-        return ResumePlan(described_runs=described)
-    written_by_run = {run_id: sorted(set(ids) & finished) for run_id, ids in planned.items()
-                      if set(ids) & finished}
-    written = sum(len(ids) for ids in written_by_run.values())
-    left = sum(episodes_left(s, written_by_run) for s in specs)
-    print(f"resuming in {run_dir}: {written} episodes already written, {left} to go"
-          + (f"; {dropped} rows of unfinished episodes removed" if dropped else ""), flush=True)
+        return ResumePlan(left, described_runs=described)
+    removed = f"; {dropped} rows of unfinished episodes removed" if dropped else ""
+    print(f"resuming in {run_dir}: {sum(map(len, written.values()))} episodes already written, "
+          f"{sum(left.values())} to go{removed}", flush=True)
     previous = run_dir / "manifest.json"
     resumes = json.loads(previous.read_text()).get("resumes", 0) + 1 if previous.exists() else 1
-    return ResumePlan(written_by_run, resumes, described)
+    return ResumePlan(left, written, resumes, described)
 
 
 def resume_hint(directory: Path, command: list[str] | None = None, sweep: bool = False,

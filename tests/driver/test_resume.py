@@ -147,13 +147,31 @@ def test_a_run_stopped_before_its_first_episode_was_written_leaves_no_calls_to_r
 
 def test_a_fresh_directory_is_no_resume(tmp_path):
     from harness.agent_run.plan import build_plan
+    from harness.agent_run.spec import expected_episodes
     from harness.driver.resume import plan_resume
     from tests.conftest import scripted_settings
 
     specs = build_plan(scripted_settings("stream.num_tasks=2"), tmp_path)
     resume = plan_resume(specs, tmp_path)
     assert (resume.finished, resume.resumes, resume.described_runs) == ({}, 0, frozenset())
+    assert resume.left == {spec.run_id: expected_episodes(spec) for spec in specs}
 
+
+def test_a_resume_gives_each_run_the_episodes_it_finished_and_what_it_has_left(tmp_path):
+    """The plan stays as planned (a spec is never copied); what a resume found goes beside it."""
+    from harness.agent_run.plan import build_plan
+    from harness.driver.resume import plan_resume
+    from tests.conftest import run_variant, scripted_settings
+
+    run = run_variant("stream.num_tasks=4")
+    written = sorted(row["episode_id"] for row in run.rows["episodes"][:2])
+    writer = TableWriter(tmp_path, flush_interval_s=3600)
+    for table in ("llm_calls", "episodes"):
+        writer.append(table, [row for row in run.rows[table] if row["episode_id"] in written])
+    writer.close()
+    [spec] = build_plan(scripted_settings("stream.num_tasks=4"), tmp_path)
+    resume = plan_resume([spec], tmp_path)
+    assert (resume.finished, resume.left, resume.resumes) == ({spec.run_id: written}, {spec.run_id: 2}, 1)
 
 
 def test_a_run_stopped_before_its_first_episode_keeps_the_one_runs_row_it_wrote(tmp_path):
