@@ -142,8 +142,9 @@ class Rounds:
         rounds' seeds already: each round looks at its own, so it decides what it decided before."""
         import polars as pl
 
-        from harness.report.build import comparisons_of, load
         from harness.report.compare import labelled
+        from harness.report.grouped import comparisons_of
+        from harness.report.loading import load
         from harness.report.parts import REPORT_GROUPS
         from harness.tables.reading import read_table
         from harness.tables.summary import group_keys

@@ -1,4 +1,4 @@
-"""The viewer's comparison: the report's own tables and figures (harness/report/build.py, html.py) for
+"""The viewer's comparison: the report's own tables and figures (harness/report/: its sections, html) for
 any selection of agent runs, computed when asked from the episodes DuckDB reads for that selection.
 No statistic is computed here: the report's functions are called on the selected rows."""
 
@@ -8,15 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.report.build import (
+from harness.report.comparison_sections import (
     cost_headline,
-    learning_runs,
-    main_table,
     matched_sections,
     paired_section,
     variants_section,
 )
+from harness.report.grouped import main_table
 from harness.report.html import cost_accuracy_figure, learning_curves_figure
+from harness.report.loading import learning_runs
 from harness.report.parts import REPORT_GROUPS, Section
 from harness.tables.summary import group_keys, label_runs
 from harness.view.queries import jsonable, selected_episodes
