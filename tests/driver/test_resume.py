@@ -2,6 +2,7 @@
 with exactly the rows an uninterrupted run writes; after a kill -9 of an agent worker, the run
 recovers by itself and ends with those same rows. No duplicates, no gaps."""
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -11,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from harness.tables.orphans import drop_orphans, finished_episodes
+from harness.tables.records import TABLES
 from harness.tables.writer import TableWriter
 from tests import tiers
 from tests.processes import (
@@ -80,6 +82,24 @@ def test_kill_9_of_the_whole_run_then_resume(tmp_path, reference):
     assert again.returncode == 0, output[-2000:]
     assert "resuming in" in output
     same_rows(run_dir, reference)
+
+
+@pytest.mark.slow
+def test_a_finished_job_run_again_has_nothing_left_and_leaves_its_tables_as_they_were(tmp_path):
+    run_dir, cache = tmp_path / "run", tmp_path / "cache"
+    options = [*(o for o in OPTIONS if not o.startswith("stream.num_tasks=")), "stream.num_tasks=4",
+               f"cache.dir={cache}", f"hydra.run.dir={run_dir}"]
+    first = start_cli(*options)
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output[-2000:]
+    files = {table: sorted(f.name for f in (run_dir / table).glob("*.parquet")) for table in TABLES}
+    again = start_cli(*options)
+    output, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, output[-2000:]
+    assert f"resuming in {run_dir}: 8 episodes already written, 0 to go" in output
+    assert {table: sorted(f.name for f in (run_dir / table).glob("*.parquet")) for table in TABLES} == files
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (manifest["status"], manifest["resumes"], manifest["tables"]["episodes"]) == ("finished", 1, 8)
 
 
 @pytest.mark.slow
