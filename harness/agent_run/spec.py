@@ -129,4 +129,3 @@ def episode_ids(spec: AgentRunSpec) -> list[str]:
 
 def expected_episodes(spec: AgentRunSpec) -> int:
     return len(episode_ids(spec))
-

@@ -159,9 +159,11 @@ def _litellm_version() -> str | None:
 
 @functools.cache
 def _code_digest() -> str:
-    """The harness's code that a check runs or reads: the config, this module, the models' modules."""
+    """The harness's code that a check runs or reads: the config, this module, the models' modules, and
+    the module of the form a passed check is kept in (`CheckedParams`)."""
     harness = Path(__file__).resolve().parents[1]
-    files = [harness / "config.py", Path(__file__).resolve(), *sorted((harness / "models").glob("*.py"))]
+    files = [harness / "config.py", Path(__file__).resolve(), harness / "agent_run" / "spec.py",
+             *sorted((harness / "models").glob("*.py"))]
     digest = hashlib.sha256()
     for file in files:
         digest.update(file.name.encode() + b"\0" + file.read_bytes())

@@ -50,7 +50,7 @@ def plan_resume(specs: list[AgentRunSpec], run_dir: Path) -> ResumePlan:
     dropped = drop_orphans(run_dir, finished)
     # Also with nothing finished or dropped: a run stopped before its first episode has its runs rows.
     described = described_runs(run_dir)
-    written = {run_id: sorted(set(ids) & finished) for run_id, ids in planned.items() if set(ids) & finished}
+    written = {run_id: sorted(done) for run_id, ids in planned.items() if (done := set(ids) & finished)}
     left = {run_id: len(ids) - len(written.get(run_id, ())) for run_id, ids in planned.items()}
     if not finished and not dropped:
         return ResumePlan(left, described_runs=described)
