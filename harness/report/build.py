@@ -96,8 +96,6 @@ def write_report(paths: list[Path], out: Path, reference: str | None = None, htm
     episodes, calls, status = load(runs)
     table = main_table(episodes, unit)
     learning = learning_runs(episodes)
-    if learning.is_empty():
-        learning = episodes
     views = snapshot_views_table(episodes, unit)
     alpha = None if sequential is None else float(sequential["alpha"])
     comparisons = comparisons_of(episodes, reference, unit, alpha)

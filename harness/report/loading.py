@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 
 from harness.report.sequential import SEQUENTIAL_STATE
-from harness.tables.reading import read_table, read_tables, run_directories
-from harness.tables.summary import label_runs, settings_labels
+from harness.tables.reading import concat_tables, read_table, read_tables, run_directories
+from harness.tables.summary import agent_calls, label_runs, settings_labels
 
 
 class ReportError(ValueError):
@@ -31,34 +31,41 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
 
 def load(runs: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
     """Episodes (with a `settings` label when a setting varies), llm_calls, and one status row per
-    run directory."""
+    run directory; each run's tables read once."""
     run_rows = read_tables(runs, "runs")
-    episodes = label_runs(read_tables(runs, "episodes"), run_rows)
+    labels = dict(settings_labels(run_rows).iter_rows())
+    episode_frames, call_frames, status = [], [], []
+    for run in runs:
+        mine, own_calls = read_table(run, "episodes"), read_table(run, "llm_calls")
+        episode_frames.append(mine)
+        call_frames.append(own_calls)
+        status.append(_status_row(run, mine, own_calls, labels))
+    episodes = label_runs(concat_tables(episode_frames), run_rows)
     if episodes.is_empty():
         raise ReportError(f"{', '.join(map(str, runs))}: no episodes written yet")
-    calls = read_tables(runs, "llm_calls")
-    labels = dict(settings_labels(run_rows).iter_rows())
-    status = []
-    for run in runs:
-        manifest_path = run / "manifest.json"
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-        expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
-        mine = read_table(run, "episodes")
-        done = mine.filter(~pl.col("probe") & pl.col("attempted")).height if mine.height else 0
-        row: dict = {"run_dir": str(run), "status": manifest.get("status", "unknown")}
-        if labels:
-            ids = set(mine["run_id"]) if mine.height else set()
-            row["settings"] = "; ".join(sorted({labels.get(i, "") for i in ids} - {""}))
-        own_calls = read_table(run, "llm_calls")
-        row |= {"episodes": done, "expected": expected, "llm_calls": own_calls.height,
-                "cached_share": float(own_calls["cached"].mean()) if own_calls.height else None}
-        status.append(row)
-    return episodes, calls, status
+    return episodes, concat_tables(call_frames), status
+
+
+def _status_row(run: Path, episodes: pl.DataFrame, calls: pl.DataFrame, labels: dict[str, str]) -> dict:
+    """What the run directory holds against what its manifest planned; its calls are the agents' (as the
+    summary counts them), grading apart."""
+    manifest_path = run / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    expected = sum(r.get("num_tasks", 0) for r in manifest.get("agent_runs", []))
+    done = episodes.filter(~pl.col("probe") & pl.col("attempted")).height if episodes.height else 0
+    row: dict = {"run_dir": str(run), "status": manifest.get("status", "unknown")}
+    if labels:
+        ids = set(episodes["run_id"]) if episodes.height else set()
+        row["settings"] = "; ".join(sorted({labels.get(i, "") for i in ids} - {""}))
+    agents = agent_calls(calls)
+    return row | {"episodes": done, "expected": expected, "llm_calls": agents.height,
+                  "cached_share": float(agents["cached"].mean()) if agents.height else None}
 
 
 def learning_runs(episodes: pl.DataFrame) -> pl.DataFrame:
-    """Episodes of runs that learn (not snapshot evaluations)."""
-    return episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
+    """Episodes of runs that learn (not snapshot evaluations); all of them where every run is one."""
+    learning = episodes.filter(pl.col("view").is_null()) if "view" in episodes.columns else episodes
+    return learning if learning.height else episodes
 
 
 def sequential_state(paths: list[Path]) -> dict | None:

@@ -73,8 +73,8 @@ def purpose_section(episodes: pl.DataFrame, calls: pl.DataFrame) -> Section | No
     # Grading is the benchmark's cost, not the agent's: apart, never a share of the agent's tokens.
     graded = joined.filter(pl.col("purpose").is_in(BENCHMARK_PURPOSES))
     joined = joined.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES))
-    if joined.is_empty() or joined["purpose"].n_unique() < 2:
-        return None
+    if joined.is_empty() or (joined["purpose"].n_unique() < 2 and graded.is_empty()):
+        return None  # one purpose and no grading: nothing to say that the Variants table does not
     shares = (joined.group_by(*keys, "purpose").agg(pl.col("total_tokens").sum())
               .with_columns(share=pl.col("total_tokens") / pl.col("total_tokens").sum().over(keys))
               .pivot(on="purpose", index=keys, values="share").fill_null(0.0).sort(keys))

@@ -31,8 +31,13 @@ def read_table(run_dir: Path, table: str) -> pl.DataFrame:
 
 def read_tables(run_dirs: Iterable[Path], table: str) -> pl.DataFrame:
     """One table of several run directories, concatenated (columns missing in older ones: null)."""
-    frames = [f for f in (read_table(d, table) for d in run_dirs) if not f.is_empty()]
-    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    return concat_tables(read_table(d, table) for d in run_dirs)
+
+
+def concat_tables(frames: Iterable[pl.DataFrame]) -> pl.DataFrame:
+    """One table's frames of several run directories as one (columns missing in older ones: null)."""
+    kept = [f for f in frames if not f.is_empty()]
+    return pl.concat(kept, how="diagonal_relaxed") if kept else pl.DataFrame()
 
 
 def count_rows(run_dir: Path, table: str) -> int:

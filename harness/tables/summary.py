@@ -157,14 +157,19 @@ LATER_COLUMNS: dict[str, tuple[Any, Any]] = {
 """Episode columns that tables written before them lack, each with the value it stands for there."""
 
 
+def agent_calls(calls: pl.DataFrame) -> pl.DataFrame:
+    """The calls the agents made, the benchmark's grading calls left out (they are in no agent's
+    columns, budget or cache share)."""
+    return calls.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES)) if calls.height else calls
+
+
 def _cached_share(episodes: pl.DataFrame, calls: pl.DataFrame | None,
                   stream: pl.Expr) -> tuple[pl.DataFrame, pl.Expr]:
     """The episodes with their count of cached calls (the agent's, as n_calls counts them), and the
     aggregation of the share of the stream's calls that were cached; null without calls."""
     if calls is None or calls.is_empty():
         return episodes, pl.lit(None, dtype=pl.Float64)
-    agents = calls.filter(~pl.col("purpose").is_in(BENCHMARK_PURPOSES))
-    per_episode = agents.group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
+    per_episode = agent_calls(calls).group_by("episode_id").agg(cached_calls=pl.col("cached").sum())
     n_calls = pl.col("n_calls").filter(stream).sum()
     cached = pl.when(n_calls > 0).then(pl.col("cached_calls").fill_null(0).filter(stream).sum() / n_calls)
     return episodes.join(per_episode, on="episode_id", how="left"), cached

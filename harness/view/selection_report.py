@@ -77,8 +77,6 @@ def comparison(
         )
     table = main_table(episodes)
     learning = learning_runs(episodes)
-    if learning.is_empty():
-        learning = episodes
     sections = [variants_section(episodes, table), *matched_sections(learning)]
     if episodes["variant"].n_unique() > 1 or len(group_keys(episodes, REPORT_GROUPS)) > 1:
         sections.append(paired_section(episodes, reference))

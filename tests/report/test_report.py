@@ -211,6 +211,21 @@ def test_tokens_by_purpose_follow_the_registry_and_keep_a_purpose_it_does_not_kn
     assert section.table.row(0) == ("baseline", 0.7, 0.2, 0.1)
 
 
+def test_grading_is_said_apart_also_when_the_agent_has_one_purpose():
+    """A judge-scored baseline (act, and the benchmark's grade calls): grading is said in a note, never a
+    share of the agent's tokens."""
+    from harness.report.mechanism_sections import purpose_section
+
+    episodes = episodes_frame({"baseline": [0.0]})
+    calls = pl.DataFrame({"episode_id": ["baseline-0"] * 2, "purpose": ["act", "grade"],
+                          "total_tokens": [70, 30]})
+    section = purpose_section(episodes, calls)
+    assert section is not None and section.table is not None
+    assert section.table.columns == ["variant", "act"] and section.table.row(0) == ("baseline", 1.0)
+    assert any("30 tokens" in note for note in section.notes)
+    assert purpose_section(episodes, calls.filter(pl.col("purpose") == "act")) is None
+
+
 def test_self_edit_counts_come_from_the_tables_registry():
     from harness.report.mechanism_sections import EDIT_COUNTS
     from harness.tables.records import TABLES
