@@ -119,6 +119,7 @@ def test_the_harness_subpackages_import_each_other_without_a_cycle():
     assert cycles(units) == [], dict(units)
     assert not units["harness.tables"] - {"harness.errors", "harness.files", "harness.text"}, \
         "the tables stand on the foundations alone"
+    assert "envs" not in units["harness.models"], "the models import no environment (harness/models/chat.py)"
 
 
 def test_only_harness_models_imports_litellm():
@@ -259,10 +260,13 @@ def _private(name: str) -> bool:
 
 
 def _chain(node: ast.AST) -> tuple[str, int]:
-    """The name an attribute chain starts at ("" for none), and how many attributes long it is."""
-    depth = 0
+    """The name an attribute chain starts at ("" for none), and how many attributes long it is after
+    it; on `self` it starts at `self.<attribute>` (`self.context.config_loader`: "self.context", 1)."""
+    depth, inner = 0, None
     while isinstance(node, ast.Attribute | ast.Subscript):
-        node, depth = node.value, depth + 1
+        inner, node, depth = node, node.value, depth + 1
+    if isinstance(node, ast.Name) and node.id == "self" and isinstance(inner, ast.Attribute):
+        return f"self.{inner.attr}", depth - 1
     return (node.id if isinstance(node, ast.Name) else ""), depth
 
 
@@ -270,8 +274,9 @@ def _held(nodes: list[ast.AST]) -> dict[str, tuple[str, int]]:
     """Name -> (library, depth) for the names of a file that hold something of Ray, Hydra or OmegaConf:
     the libraries' own names and what the file imports of them (`IMPORTED` deep); what is handed over
     (0 deep): a parameter annotated with one of their types, what a function of the file returns where
-    its annotation names one, an element of either; and a name assigned from an attribute of any of
-    these (`loader = context.config_loader`: 1 deep)."""
+    its annotation names one, an element of either; and a name or an attribute of `self` assigned from
+    any of these or an attribute of one (`loader = context.config_loader`: 1 deep; `self.context =
+    context`: "self.context", 0 deep)."""
     held = {library: (library, IMPORTED) for library in LIBRARIES}
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -301,7 +306,8 @@ def _naming(annotation: ast.AST, held: dict[str, tuple[str, int]]) -> str | None
 
 def _bindings(node: ast.AST, held: dict[str, tuple[str, int]], returning: dict[str, str]
               ) -> dict[str, tuple[str, int]]:
-    """The names `node` binds to something of a library's, by what they are bound to."""
+    """The names (and `self.<attribute>`s) `node` binds to something of a library's, by what they are
+    bound to."""
     if isinstance(node, ast.arg) and node.annotation is not None:
         library = _naming(node.annotation, held)
         return {node.arg: (library, 0)} if library else {}
@@ -317,7 +323,7 @@ def _bindings(node: ast.AST, held: dict[str, tuple[str, int]], returning: dict[s
             bound = (library, 0) if not isinstance(node, ast.Assign) else (library, depth + chain[1])
         else:
             return {}
-        return {target.id: bound for target in targets if isinstance(target, ast.Name)}
+        return {name: bound for name, depth in map(_chain, targets) if name and depth == 0}
     return {}
 
 
@@ -325,11 +331,12 @@ def _use(node: ast.AST, held: dict[str, tuple[str, int]]) -> str | None:
     """The library whose insides `node` reaches into, if it does."""
     if isinstance(node, ast.Import | ast.ImportFrom):
         names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if node.level == 0 else [])
+                 else [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                 if node.level == 0 and node.module else [])
         return next((name.split(".")[0] for name in names if name.split(".")[0] in LIBRARIES
                      and any(_private(part) for part in name.split("."))), None)
-    if isinstance(node, ast.Attribute) and (root := _chain(node)[0]) in held:
-        library, depth = held[root]
+    if isinstance(node, ast.Attribute) and (root := _chain(node)[0]) in held and _chain(node)[1] > 0:
+        library, depth = held[root]  # (not `self.x` itself: the attribute is the file's own)
         reached = depth + _chain(node)[1]
         patched = isinstance(node.ctx, ast.Store) and library in PATCHED_LIBRARIES and reached > 1
         return library if _private(node.attr) or patched else None
@@ -347,11 +354,13 @@ def _use(node: ast.AST, held: dict[str, tuple[str, int]]) -> str | None:
 
 def private_uses(path: Path) -> list[str]:
     """Where a file reaches into Ray's, Hydra's or OmegaConf's insides, a line each, library first: an
-    import of a private module (`ray._private`, `ray._raylet`, `hydra._internal`), an attribute or a
+    import of a private module (`ray._private`, `ray._raylet`, `hydra._internal`, `from ray import
+    _raylet`), an attribute or a
     keyword with a leading underscore on something of theirs (`ray._private.worker`, `getattr(node,
     "_global_node")`, `JobReturn(_return_value=...)`), or an assignment to an attribute of their
     machinery (a monkeypatch: `Node.start_api_server = ...`, `context.config_loader.load_sweep_config =
-    ...`; a field of an object handed over, `job_return.return_value = ...`, is that object's to set)."""
+    ...`, also through `self`: `self.context = context` then `self.context.config_loader.x = ...`; a
+    field of an object handed over, `job_return.return_value = ...`, is that object's to set)."""
     nodes = list(ast.walk(ast.parse(path.read_text())))
     held = _held(nodes)
     found: dict[int, str] = {}
@@ -403,6 +412,15 @@ def test_the_insides_check_sees_every_way_of_reaching_in(tmp_path):
                     "    ray._private.worker\n"  # 27
                     "    failed = [r for r in jobs() if r]\n"
                     "    for result in failed:\n"
-                    "        result._return_value\n")  # 30
+                    "        result._return_value\n"  # 30
+                    "from ray import _raylet\n"  # 31
+                    "from hydra import _internal, utils\n"  # 32
+                    "class Launcher:\n"
+                    "    def setup(self, hydra_context: HydraContext):\n"
+                    "        self._context = hydra_context\n"
+                    "        self._context.config_loader.load_sweep_config = None\n"  # 36
+                    "        self._context.config_loader = None\n"
+                    "        self._context._internal\n"  # 38
+                    "        self._own = None\n")
     lines = [int(found.split(":")[0].removeprefix("line ")) for found in private_uses(code)]
-    assert lines == [2, 3, 4, 9, 11, 12, 13, 14, 15, 16, 17, 27, 30]
+    assert lines == [2, 3, 4, 9, 11, 12, 13, 14, 15, 16, 17, 27, 30, 31, 32, 36, 38]
