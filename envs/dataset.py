@@ -55,14 +55,13 @@ class DatasetTasks(Environment):
             filter=filter or {}, limit=limit, order_by=order_by, shuffle_choices=shuffle_choices,
             scorer=scorer, tuning_split=tuning_split, tuning_path=tuning_path, metadata=metadata or [],
             db_dir=db_dir))
-        self.fields = self.options.fields
         self.mapping = FieldMapping(self.options)
         if tuning_split and tuning_path:
             raise ValueError("env.tuning_split: set it or env.tuning_path, not both")
         if tuning_split and any(Path(p).is_file() for p in self.options.path):
             raise ValueError("env.tuning_split: a single file has no other split; name the tuning file with "
                              "env.tuning_path")
-        if SCHEMA in template_names(self.fields.question) and not db_dir:
+        if SCHEMA in template_names(self.options.fields.question) and not db_dir:
             raise ValueError(f"env.db_dir: fields.question names {{{SCHEMA}}}: set env.db_dir to the "
                              "directory of the SQLite databases (<db_dir>/<db_id>/<db_id>.sqlite)")
         self.scorer = make_scorer(self.options.scorer)

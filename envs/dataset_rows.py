@@ -80,9 +80,8 @@ class FieldMapping:
                 return False
         return True
 
-
     def task(self, source: Source, index: int, row: dict[str, Any], prefix: str,
-              seed: int | None = None) -> Task:
+             seed: int | None = None) -> Task:
         """The row as a task: its options in the dataset's order, or shuffled by `seed`."""
         fields = self.fields
         task_id = text(row[fields.id]).strip() if fields.id else str(index)

@@ -17,11 +17,9 @@ from harness.config import EndpointSettings, ModelSettings, Price
 from harness.models.cache import CachedAnswer
 from harness.models.direct import PROVIDER as DIRECT_PROVIDER
 from harness.models.direct import as_json, may_have_a_price
-from harness.models.lazy_litellm import litellm_loaded, load_litellm, when_loaded
+from harness.models.lazy_litellm import load_litellm, when_loaded
 from harness.models.param_map import litellm_logs_at
 
-_unregistered_prices: dict[str, dict[str, Any]] = {}
-"""Prices the config gives, for litellm's map once it is loaded (`tell_litellm_the_price`)."""
 priced_routes: set[str] = set()
 """Every route the config priced, in litellm's map or bound for it: litellm prices by them too."""
 
@@ -48,17 +46,7 @@ def tell_litellm_the_price(settings: EndpointSettings, route: str) -> None:
         **cache_prices, "litellm_provider": route.split("/", 1)[0],
         "mode": "chat" if isinstance(settings, ModelSettings) else "embedding"}}
     priced_routes.add(route)
-    if litellm_loaded():
-        _register_prices(load_litellm(), entry)
-    else:  # registered when litellm is loaded, if it ever is
-        if not _unregistered_prices:
-            when_loaded(_register_unregistered)
-        _unregistered_prices.update(entry)
-
-
-def _register_unregistered(litellm: ModuleType) -> None:
-    _register_prices(litellm, dict(_unregistered_prices))
-    _unregistered_prices.clear()
+    when_loaded(lambda litellm: _register_prices(litellm, entry))  # now, or once litellm is imported
 
 
 def _register_prices(litellm: ModuleType, entries: dict[str, dict[str, Any]]) -> None:

@@ -53,10 +53,14 @@ def last_user_turn(messages: list[dict[str, Any]]) -> str:
     return next((str(m.get("content") or "") for m in reversed(messages) if m["role"] == "user"), "")
 
 
+TOKENIZER = "gpt-3.5-turbo"
+"""The tokenizer (litellm's, by a model it knows) the scripted model counts every token with."""
+
+
 def conversation_tokens(messages: list[dict[str, Any]]) -> int:
-    """Tokens of a conversation as the scripted model counts its prompts (litellm's tokenizer): what
-    its stand-in trainer counts as trained."""
-    return int(litellm.token_counter(model="gpt-3.5-turbo", messages=messages))
+    """Tokens of a conversation as the scripted model counts its prompts: what its stand-in trainer
+    counts as trained."""
+    return int(litellm.token_counter(model=TOKENIZER, messages=messages))
 
 
 @functools.cache
@@ -170,10 +174,10 @@ class ScriptedLLM(CustomLLM):
         metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
         text, calls = self.respond(messages, optional_params, metadata.get("purpose"),
                                    metadata.get("adapter"))
-        prompt_tokens = litellm.token_counter(model="gpt-3.5-turbo", messages=messages,
+        prompt_tokens = litellm.token_counter(model=TOKENIZER, messages=messages,
                                               tools=optional_params.get("tools"))
         said = text + "".join(c.name + c.arguments for c in calls)
-        completion_tokens = litellm.token_counter(model="gpt-3.5-turbo", text=said,
+        completion_tokens = litellm.token_counter(model=TOKENIZER, text=said,
                                                   count_response_tokens=True)
         message = model_response.choices[0].message  # type: ignore[union-attr]
         message.content = text if not calls else None
@@ -196,7 +200,7 @@ class ScriptedLLM(CustomLLM):
         it has at least `prompt_cache_min_tokens` tokens."""
         if not messages or messages[0].get("role") != "system" or self.prompt_cache_min_tokens is None:
             return 0
-        system = litellm.token_counter(model="gpt-3.5-turbo", messages=messages[:1])
+        system = conversation_tokens(messages[:1])
         return system if system >= self.prompt_cache_min_tokens else 0
 
     def completion(self, *args: Any, **kwargs: Any) -> ModelResponse:

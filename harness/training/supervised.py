@@ -20,8 +20,6 @@ from harness.training.options import UpdateOptions, trained_on
 
 @dataclass(frozen=True)
 class SftOptions(UpdateOptions):
-    learning_rate: float = 1e-3
-    """AdamW's, constant over the steps (LoRA on a few examples learns at 1e-4 to 2e-3)."""
     max_tokens: int = 512
     """An example longer than this is cut, its prompt from the left."""
 

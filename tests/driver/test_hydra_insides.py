@@ -41,7 +41,7 @@ def test_the_sweeper_asks_its_loader_by_keyword_for_each_job_before_it_launches_
               "the sweeper checks each batch before it launches it")
 
 
-def _sweep_set_up(tmp_path: Path, launcher: str) -> tuple[HydraContext, list[object], object]:
+def _sweep_set_up(tmp_path: Path, launcher: str) -> tuple[HydraContext, list[object], object, object]:
     """The loader, sweeper and launcher of `python -m app -m hydra/launcher=<launcher>`, set up as Hydra
     sets them up, over a config of one key; and the compositions the loader makes, as they are made."""
     (tmp_path / "config.yaml").write_text("a: 1\n")
@@ -58,7 +58,7 @@ def _sweep_set_up(tmp_path: Path, launcher: str) -> tuple[HydraContext, list[obj
     context = HydraContext(config_loader=loader, callbacks=Callbacks(master))
     sweeper = Plugins.instance().instantiate_sweeper(hydra_context=context, task_function=lambda cfg: None,
                                                      config=master)
-    return context, composed, (sweeper, master)
+    return context, composed, sweeper, master
 
 
 @pytest.mark.parametrize(("launcher", "compositions"), [("basic", 4), ("ray", 2)])
@@ -67,13 +67,16 @@ def test_with_the_harness_launcher_the_sweepers_check_and_the_launch_compose_eac
     """With Hydra's basic launcher each load composes the job again after the sweeper's check; the
     harness's, set up by the sweeper as Hydra sets it up (its loader's method replaced on the object),
     hands out copies of the check's compositions."""
-    context, composed, (sweeper, master) = _sweep_set_up(tmp_path, launcher)
+    context, composed, sweeper, master = _sweep_set_up(tmp_path, launcher)
     sweeper.validate_batch_is_legal([["a=2"], ["a=3"]])
     job = context.config_loader.load_sweep_config(master, ["a=2"])
     again = context.config_loader.load_sweep_config(master, ["a=2"])
     assert job.a == 2 and job is not again
-    relied_on(len(composed) == compositions,
-              f"{len(composed)} compositions of 2 jobs checked and 1 loaded twice, hydra/launcher={launcher}")
+    said = f"{len(composed)} compositions of 2 jobs checked and 1 loaded twice, hydra/launcher={launcher}"
+    if launcher == "basic":  # Hydra's own behaviour, which the harness's launcher is there to change
+        relied_on(len(composed) == compositions, said)
+    else:  # the harness's own launcher (hydra_insides.compose_once): its failure is the harness's
+        assert len(composed) == compositions, said
 
 
 def test_a_failed_jobs_error_is_kept_where_it_is_read_without_raising_it():

@@ -20,7 +20,8 @@ from tests.training import tiny
 pytestmark = [pytest.mark.e2e, tiny.needs_train(),
               pytest.mark.skipif(not EXTRAS["smollm2"].installed,
                                  reason=f"needs the smollm2 extra: {EXTRAS['smollm2'].install}")]
-SMOLLM2_PARAMETERS = 134_515_008
+SMOLLM2_PARAMETERS = HarnessConfig.from_dictconfig(compose_config("model=smollm2")).model.parameters
+"""The config's count, which tests/models/test_parameter_counts.py holds to the shipped weights."""
 
 
 @pytest.fixture(scope="module")

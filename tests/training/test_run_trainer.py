@@ -7,6 +7,7 @@ import ray
 
 from harness.agent_api import TrainOptions
 from harness.training.run_trainer import TransformersBackend
+from tests.training import tiny
 
 
 class FakeRemote:
@@ -37,15 +38,12 @@ def test_a_trainer_is_reserved_its_memory_and_a_wait_for_it_is_said(monkeypatch,
     assert "waits" not in caplog.text
 
 
+@tiny.needs_train()
 def test_lora_weights_continue_from_any_saved_adapter_and_reset_to_the_first(monkeypatch, tmp_path):
     """What resume and an isolated stream rely on: an update from the base, or from an adapter saved by
     another process, gives the adapter it gave the first time (tiny Llama; nothing downloaded)."""
-    import pytest
-
-    pytest.importorskip("peft")
     from harness.training import base_model
     from harness.training.weights_host import LoraWeights
-    from tests.training import tiny
 
     tokenizer = tiny.tokenizer()
     monkeypatch.setattr(base_model, "load_base", lambda gguf=None: base_model.LoadedBase(
