@@ -4,15 +4,13 @@ matched spend, the paired comparisons against a reference and the snapshots' vie
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from harness.report.compare import Comparisons, paired_comparisons, unit_column
 from harness.report.parts import REPORT_GROUPS
 from harness.report.stats import group_interval
 from harness.tables.costs import known_sum, total_cost
-from harness.tables.summary import SNAPSHOT_COLUMNS, group_keys
+from harness.tables.summary import SNAPSHOT_COLUMNS, group_keys, with_later_columns
 
 
 def main_table(episodes: pl.DataFrame, unit: str = "seed") -> pl.DataFrame:
@@ -21,9 +19,6 @@ def main_table(episodes: pl.DataFrame, unit: str = "seed") -> pl.DataFrame:
     skipped = stream.filter(~pl.col("attempted")).group_by(keys).agg(not_attempted=pl.len())
     evaluated = with_spend(stream.filter(pl.col("attempted")))
     models = [] if "model" in keys else [pl.col("model").unique().sort().str.join(",").alias("model")]
-    for column in ("prompt_tokens", "cache_read_tokens", "reasoning_tokens"):  # older tables lack some
-        if column not in evaluated.columns:
-            evaluated = evaluated.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
     table = (evaluated.group_by(keys).agg(
         pl.col("seed").n_unique().alias("seeds"), pl.col("run_id").n_unique().alias("runs"),
         pl.len().alias("episodes"), pl.col("success").mean().alias("success_rate"),
@@ -57,22 +52,14 @@ def interval_of(frame: pl.DataFrame, unit: str = "seed") -> tuple[int, float | N
     return group_interval(frame["success"].cast(pl.Float64).to_numpy(), units, unit)
 
 
-TRAINING_DEFAULTS: dict[str, tuple[Any, type[pl.DataType]]] = {
-    "train_tokens": (0, pl.Int64), "train_cost_usd": (0.0, pl.Float64), "train_flops": (0.0, pl.Float64),
-    "flops": (None, pl.Float64)}
-"""Episode columns of schema 9, as an older table (nothing trained, FLOPs not counted) reads."""
-
-
 def with_spend(episodes: pl.DataFrame) -> pl.DataFrame:
     """Each episode's spend, its calls' and its weight updates' together (a learner's training is spend
     as its calls are): spent_tokens (tokens sent and received, and tokens trained), spent_cost_usd and
-    spent_flops (null where unknown)."""
-    for column, (value, dtype) in TRAINING_DEFAULTS.items():
-        if column not in episodes.columns:
-            episodes = episodes.with_columns(pl.lit(value, dtype=dtype).alias(column))
-    return episodes.with_columns(spent_tokens=pl.col("total_tokens") + pl.col("train_tokens"),
-                                 spent_cost_usd=pl.col("cost_usd") + pl.col("train_cost_usd"),
-                                 spent_flops=pl.col("flops") + pl.col("train_flops"))
+    spent_flops (null where unknown); an older table's missing columns read as `with_later_columns` says."""
+    return with_later_columns(episodes).with_columns(
+        spent_tokens=pl.col("total_tokens") + pl.col("train_tokens"),
+        spent_cost_usd=pl.col("cost_usd") + pl.col("train_cost_usd"),
+        spent_flops=pl.col("flops") + pl.col("train_flops"))
 
 
 def matched_spend(episodes: pl.DataFrame, spend: str = "spent_tokens",

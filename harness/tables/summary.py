@@ -115,9 +115,7 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
     """
     if episodes.is_empty():
         return pl.DataFrame()
-    for column, (value, dtype) in LATER_COLUMNS.items():
-        if column not in episodes.columns:
-            episodes = episodes.with_columns(pl.lit(value, dtype=dtype).alias(column))
+    episodes = with_later_columns(episodes)
     if runs is not None:
         episodes = label_runs(episodes, runs)
     stream = ~pl.col("probe")
@@ -151,10 +149,19 @@ def summarize(episodes: pl.DataFrame, calls: pl.DataFrame | None = None,
 
 
 LATER_COLUMNS: dict[str, tuple[Any, Any]] = {
+    "prompt_tokens": (None, pl.Int64),
     "cache_read_tokens": (None, pl.Int64), "reasoning_tokens": (None, pl.Int64),  # schema 5
-    "train_tokens": (0, pl.Int64),  # 9: nothing trained
+    "train_tokens": (0, pl.Int64), "train_cost_usd": (0.0, pl.Float64),  # 9: nothing trained,
+    "train_flops": (0.0, pl.Float64), "flops": (None, pl.Float64),  # FLOPs not counted
     "grade_tokens": (0, pl.Int64), "grade_cost_usd": (0.0, pl.Float64)}  # 10: nothing graded
 """Episode columns that tables written before them lack, each with the value it stands for there."""
+
+
+def with_later_columns(episodes: pl.DataFrame) -> pl.DataFrame:
+    """The episodes with every column an older table lacks (`LATER_COLUMNS`) as it reads there."""
+    missing = [pl.lit(value, dtype=dtype).alias(column) for column, (value, dtype) in LATER_COLUMNS.items()
+               if column not in episodes.columns]
+    return episodes.with_columns(missing) if missing else episodes
 
 
 def agent_calls(calls: pl.DataFrame) -> pl.DataFrame:
