@@ -144,17 +144,18 @@ class Rounds:
 
         from harness.report.compare import labelled
         from harness.report.grouped import comparisons_of
-        from harness.report.loading import load
         from harness.report.parts import REPORT_GROUPS
-        from harness.tables.reading import read_table
-        from harness.tables.summary import group_keys
+        from harness.tables.reading import concat_tables, read_table, read_tables
+        from harness.tables.summary import group_keys, label_runs
 
         job_dirs = [Path(str(c.hydra.sweep.dir)) / str(c.hydra.sweep.subdir) for c in configs]
-        episodes = load(job_dirs)[0].filter(pl.col("seed").is_in(seeds))
+        per_job = [read_table(job_dir, "episodes") for job_dir in job_dirs]  # each read once a round
+        episodes = label_runs(concat_tables(per_job), read_tables(job_dirs, "runs"))  # as the report does
+        episodes = episodes.filter(pl.col("seed").is_in(seeds))
         groups = labelled(episodes, group_keys(episodes, REPORT_GROUPS)).select("run_id", "group").unique()
         value_of = {}
-        for value, job_dir in zip(self.values, job_dirs, strict=True):
-            runs = read_table(job_dir, "episodes")["run_id"].unique().to_list()
+        for value, job_episodes in zip(self.values, per_job, strict=True):
+            runs = job_episodes["run_id"].unique().to_list()
             labels = groups.filter(pl.col("run_id").is_in(runs))["group"].to_list()
             value_of.update(dict.fromkeys(labels, value))
         self.reference_group = next(g for g, v in value_of.items() if v == self.settings.reference)
