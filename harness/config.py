@@ -492,3 +492,16 @@ def _validation_message(error: ValidationError) -> str:
     got = f" (got {first['input']!r})" if "input" in first and not isinstance(first["input"], dict) else ""
     more = f" [and {error.error_count() - 1} more]" if error.error_count() > 1 else ""
     return f"invalid config: {field}: {message}{got}{more}"
+
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+"""The config groups Hydra composes a run from."""
+
+
+def compose_conf(*overrides: str) -> DictConfig:
+    """conf/ composed as `python -m harness` composes it, with `overrides`, where no Hydra app runs (an
+    evaluation's env, the bench, a measurement)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))

@@ -33,14 +33,13 @@ from harness.agent_run.plan import build_plan
 from harness.agent_run.spec import AgentRunSpec
 from harness.agent_run.streams import sample_tasks, show_for_seed
 from harness.agent_run.tasks import env_families, resolve_defaults, task_pool
-from harness.config import Component, ConfigError, HarnessConfig, endpoint_key
+from harness.config import CONF_DIR, Component, ConfigError, HarnessConfig, compose_conf, endpoint_key
 from harness.errors import one_line
 from harness.exit_codes import EXPECTED_ERRORS, exit_for
 from harness.tables.reading import read_table
 from harness.tables.records import SnapshotRow
 
 VIEWS = ("id", "ood", "replay")
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def source_dirs(paths: list[Path]) -> list[Path]:
@@ -99,10 +98,7 @@ def ood_env(settings: HarnessConfig, overrides: str) -> Component:
 def composed_env(name: str, seed: int) -> Any:
     """conf/env/<name>.yaml as a run composes it: a preset with its defaults (env=gsm8k on
     env=dataset), `${seed}` the job's."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"env={name}", f"seed={seed}"])
+    cfg = compose_conf(f"env={name}", f"seed={seed}")
     return OmegaConf.create(OmegaConf.to_container(cfg.env, resolve=True))
 
 

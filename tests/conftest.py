@@ -17,7 +17,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import harness  # noqa: F401  (sets the environment Ray workers inherit)
@@ -26,7 +25,8 @@ from harness.agent_run.components import build_environment
 from harness.agent_run.plan import build_plan
 from harness.agent_run.runner import RunOutcome, run_agent
 from harness.agent_run.spec import CheckedParams, episode_ids
-from harness.config import HarnessConfig
+from harness.config import CONF_DIR as CONF_DIR  # the tests find conf/ here
+from harness.config import HarnessConfig, compose_conf
 from harness.models.gateway import Gateway
 from harness.models.model_client import CallRequest, CallResult
 from tests import tiers
@@ -34,7 +34,6 @@ from tests import tiers
 # Before any test starts a process: what each starts, and the real models loaded below it.
 _WATCH = tiers.Watch.install()
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -75,8 +74,7 @@ def _tiers_hold(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def compose_config(*overrides: str) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose_conf(*overrides)
 
 
 def scripted_settings(*overrides: str) -> HarnessConfig:

@@ -7,20 +7,16 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
-from harness.config import HarnessConfig
+from harness.config import HarnessConfig, compose_conf
 
 ROOT = Path(__file__).resolve().parents[2]
-"""The checkout: its conf/, and where the commands the bench measures run."""
+"""The checkout: where the commands the bench measures run."""
 
 
 def bench_settings(*overrides: str) -> HarnessConfig:
     """The real config (conf/) without the progress bar, the response cache or a tuning split, then
     `overrides`."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["progress=false", "cache.enabled=false",
-                                                       "stream.tuning_size=0", *overrides])
+    cfg = compose_conf("progress=false", "cache.enabled=false", "stream.tuning_size=0", *overrides)
     return HarnessConfig.from_dictconfig(cfg)
 
 

@@ -74,14 +74,9 @@ def generation(llm: AdaptedLlama, adapter: Path, rounds: int, tokens: int) -> di
 
 def local_server() -> LocalServer:
     """The local model server's settings as a run composes them (conf/, model=smollm2)."""
-    from hydra import compose, initialize_config_dir
+    from harness.config import HarnessConfig, compose_conf
 
-    from harness.config import HarnessConfig
-
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["model=smollm2"])
-    settings = HarnessConfig.from_dictconfig(cfg).model.local_server
+    settings = HarnessConfig.from_dictconfig(compose_conf("model=smollm2")).model.local_server
     assert settings is not None, "conf/model/smollm2.yaml configures a local server"
     return settings
 
